@@ -1,0 +1,186 @@
+//! The plain-Rust vocabulary of the core API: what callers pass in and get back.
+
+/// Seconds and nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    pub fn now() -> Timespec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+    pub fn to_system_time(self) -> std::time::SystemTime {
+        use std::time::{Duration, UNIX_EPOCH};
+        if self.sec >= 0 {
+            UNIX_EPOCH + Duration::new(self.sec as u64, self.nsec)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(self.sec.unsigned_abs())
+                + Duration::from_nanos(self.nsec as u64)
+        }
+    }
+    pub fn from_system_time(t: std::time::SystemTime) -> Timespec {
+        match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Timespec {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
+            Err(e) => {
+                let d = e.duration();
+                let (mut sec, mut nsec) = (-(d.as_secs() as i64), 0u32);
+                if d.subsec_nanos() > 0 {
+                    sec -= 1;
+                    nsec = 1_000_000_000 - d.subsec_nanos();
+                }
+                Timespec { sec, nsec }
+            }
+        }
+    }
+}
+
+/// File types, with the codes the directory tree stores (docs/FORMAT.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    Regular = 1,
+    Directory = 2,
+    Symlink = 3,
+    CharDevice = 4,
+    BlockDevice = 5,
+    Fifo = 6,
+    Socket = 7,
+}
+
+impl FileKind {
+    pub fn from_code(c: u8) -> Option<FileKind> {
+        Some(match c {
+            1 => FileKind::Regular,
+            2 => FileKind::Directory,
+            3 => FileKind::Symlink,
+            4 => FileKind::CharDevice,
+            5 => FileKind::BlockDevice,
+            6 => FileKind::Fifo,
+            7 => FileKind::Socket,
+            _ => return None,
+        })
+    }
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+    /// From the `S_IFMT` bits of a mode.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::Regular,
+            libc::S_IFDIR => FileKind::Directory,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            _ => return None,
+        })
+    }
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::Regular => libc::S_IFREG,
+            FileKind::Directory => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+        }
+    }
+}
+
+/// Attributes of an inode, as `stat` shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub generation: u32,
+    pub kind: FileKind,
+    /// Permission bits including setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub size: u64,
+    /// 512-byte units, as `st_blocks`.
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub crtime: Timespec,
+    pub blksize: u32,
+}
+
+/// Who is asking: the credentials of the calling process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Caller {
+    pub const ROOT: Caller = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
+}
+
+/// A time to set: the current time, or a given one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(Timespec),
+}
+
+/// What `setattr` changes; `None` leaves a field alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+    pub ctime: Option<Timespec>,
+}
+
+/// `renameat2` flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+/// One directory entry as readdir returns it. `cookie` resumes the listing after this entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub name: Vec<u8>,
+    pub cookie: u64,
+}
+
+/// `statfs` figures, in blocks of `bsize` and inodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}

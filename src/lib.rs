@@ -1,0 +1,13 @@
+//! DualFS: a file system whose metadata lives in a log on one device (BSD-LFS style, with an
+//! IFile, checkpoints and roll-forward) and whose file data lives in ext2-like block groups on
+//! another. Directories are indexed by one B-epsilon tree whose nodes live in the log.
+//!
+//! The core is a plain, thread-safe Rust API (`fs::Fs`); the FUSE adapter (`fuse`) and the
+//! command-line tools are thin shells over it.
+
+pub mod device;
+pub mod error;
+pub mod format;
+pub mod fs;
+
+pub use error::{FsError, Result};
