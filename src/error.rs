@@ -11,6 +11,9 @@ pub enum FsError {
     /// On-disk data failed a check: bad magic, CRC, or an impossible value.
     #[error("corrupt {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
+    /// The devices cannot be used as asked: not DualFS, not a pair, wrong version, in use.
+    #[error("{0}")]
+    Refused(String),
     /// The device failed.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
@@ -31,6 +34,7 @@ impl FsError {
         match self {
             FsError::Errno(e) => *e,
             FsError::Corrupt { .. } => libc::EIO,
+            FsError::Refused(_) => libc::EINVAL,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }

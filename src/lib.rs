@@ -5,9 +5,12 @@
 //! The core is a plain, thread-safe Rust API (`fs::Fs`); the FUSE adapter (`fuse`) and the
 //! command-line tools are thin shells over it.
 
+pub mod betree;
 pub mod device;
 pub mod error;
 pub mod format;
 pub mod fs;
+pub mod log;
+pub mod meta;
 
 pub use error::{FsError, Result};

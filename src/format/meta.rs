@@ -1,1 +1,267 @@
-//! (being written)
+//! Blocks made of fixed-size entries: indirect blocks, symlink blocks and the meta files
+//! (IFile header, segment usage, inode map, group descriptors, bitmaps, node map).
+
+use super::*;
+use crate::{FsError, Result};
+
+/// Pointers in an `INDIRECT` / `META_INDIRECT` block (508 with 4 KiB blocks).
+pub fn pointers_per_block(block_size: u32) -> usize {
+    (block_size as usize - HEADER_SIZE) / 8
+}
+
+/// 16-byte entries per `META` block (254 with 4 KiB blocks).
+pub fn entries16_per_block(block_size: u32) -> usize {
+    (block_size as usize - HEADER_SIZE) / 16
+}
+
+/// 32-byte entries per `META` block (127 with 4 KiB blocks).
+pub fn entries32_per_block(block_size: u32) -> usize {
+    (block_size as usize - HEADER_SIZE) / 32
+}
+
+/// Symlink target bytes per `SYMLINK` block.
+pub fn symlink_bytes_per_block(block_size: u32) -> usize {
+    block_size as usize - HEADER_SIZE
+}
+
+/// Encode a block of pointers (indirect or meta-indirect).
+pub fn encode_pointer_block(h: BlockHeader, ptrs: &[u64], block_size: u32) -> Vec<u8> {
+    assert!(matches!(
+        h.kind,
+        BlockKind::Indirect | BlockKind::MetaIndirect
+    ));
+    assert!((1..=3).contains(&h.level));
+    assert_eq!(ptrs.len(), pointers_per_block(block_size));
+    let mut b = vec![0u8; block_size as usize];
+    h.write(&mut b);
+    for (i, p) in ptrs.iter().enumerate() {
+        put_u64(&mut b, HEADER_SIZE + 8 * i, *p);
+    }
+    BlockHeader::seal(&mut b);
+    b
+}
+
+/// Decode a pointer block after checking it is the one expected.
+pub fn decode_pointer_block(b: &[u8], want: BlockHeader) -> Result<Vec<u64>> {
+    BlockHeader::expect(b, want)?;
+    Ok((0..pointers_per_block(b.len() as u32))
+        .map(|i| get_u64(b, HEADER_SIZE + 8 * i))
+        .collect())
+}
+
+pub fn encode_symlink_block(ino: u64, index: u64, part: &[u8], block_size: u32) -> Vec<u8> {
+    assert!(part.len() <= symlink_bytes_per_block(block_size));
+    let mut b = vec![0u8; block_size as usize];
+    BlockHeader::new(BlockKind::Symlink, 0, ino, index).write(&mut b);
+    b[HEADER_SIZE..HEADER_SIZE + part.len()].copy_from_slice(part);
+    BlockHeader::seal(&mut b);
+    b
+}
+
+/// The body of a checked `SYMLINK` block.
+pub fn decode_symlink_block(b: &[u8], ino: u64, index: u64) -> Result<&[u8]> {
+    BlockHeader::expect(b, BlockHeader::new(BlockKind::Symlink, 0, ino, index))?;
+    Ok(&b[HEADER_SIZE..])
+}
+
+/// Wrap a meta-file body (block size minus header) into a `META` block.
+pub fn encode_meta_block(file: u64, index: u64, body: &[u8], block_size: u32) -> Vec<u8> {
+    assert_eq!(body.len(), block_size as usize - HEADER_SIZE);
+    let mut b = vec![0u8; block_size as usize];
+    BlockHeader::new(BlockKind::Meta, 0, file, index).write(&mut b);
+    b[HEADER_SIZE..].copy_from_slice(body);
+    BlockHeader::seal(&mut b);
+    b
+}
+
+/// The body of a checked `META` block.
+pub fn decode_meta_block(b: &[u8], file: u64, index: u64) -> Result<&[u8]> {
+    BlockHeader::expect(b, BlockHeader::new(BlockKind::Meta, 0, file, index))?;
+    Ok(&b[HEADER_SIZE..])
+}
+
+// ---- IFile header -------------------------------------------------------------------------
+
+/// IFile block 0. Offsets below are relative to the block body (FORMAT.md offset − 32).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IfileHeader {
+    pub segments: u64,
+    pub imap_entries: u64,
+    pub free_head: u64,
+    pub free_count: u64,
+    pub clean_segments: u64,
+    pub live_inodes: u64,
+}
+
+impl IfileHeader {
+    pub fn encode(&self, body: &mut [u8]) {
+        body.fill(0);
+        put_u64(body, 0, self.segments);
+        put_u64(body, 8, self.imap_entries);
+        put_u64(body, 16, self.free_head);
+        put_u64(body, 24, self.free_count);
+        put_u64(body, 32, self.clean_segments);
+        put_u64(body, 40, self.live_inodes);
+    }
+    pub fn decode(body: &[u8]) -> IfileHeader {
+        IfileHeader {
+            segments: get_u64(body, 0),
+            imap_entries: get_u64(body, 8),
+            free_head: get_u64(body, 16),
+            free_count: get_u64(body, 24),
+            clean_segments: get_u64(body, 32),
+            live_inodes: get_u64(body, 40),
+        }
+    }
+}
+
+// ---- Segment usage ------------------------------------------------------------------------
+
+pub const SEG_DIRTY: u32 = 1;
+pub const SEG_ACTIVE: u32 = 2;
+pub const SEG_SUPERBLOCK: u32 = 4;
+pub const SEG_RESERVED: u32 = 8;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegUsage {
+    pub live_bytes: u32,
+    pub flags: u32,
+    pub last_mod: u64,
+}
+
+impl SegUsage {
+    pub fn encode(&self, e: &mut [u8]) {
+        put_u32(e, 0, self.live_bytes);
+        put_u32(e, 4, self.flags);
+        put_u64(e, 8, self.last_mod);
+    }
+    pub fn decode(e: &[u8]) -> SegUsage {
+        SegUsage {
+            live_bytes: get_u32(e, 0),
+            flags: get_u32(e, 4),
+            last_mod: get_u64(e, 8),
+        }
+    }
+    pub fn is_clean(&self) -> bool {
+        self.flags & (SEG_DIRTY | SEG_ACTIVE | SEG_RESERVED) == 0
+    }
+}
+
+// ---- Inode map ----------------------------------------------------------------------------
+
+pub const IMAP_ALLOCATED: u16 = 1;
+pub const IMAP_ORPHAN: u16 = 2;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImapEntry {
+    /// Allocated: log block of the inode. Free: next free inode number (0 = end).
+    pub addr: u64,
+    pub generation: u32,
+    pub slot: u16,
+    pub flags: u16,
+}
+
+impl ImapEntry {
+    pub fn encode(&self, e: &mut [u8]) {
+        put_u64(e, 0, self.addr);
+        put_u32(e, 8, self.generation);
+        put_u16(e, 12, self.slot);
+        put_u16(e, 14, self.flags);
+    }
+    pub fn decode(e: &[u8]) -> ImapEntry {
+        ImapEntry {
+            addr: get_u64(e, 0),
+            generation: get_u32(e, 8),
+            slot: get_u16(e, 12),
+            flags: get_u16(e, 14),
+        }
+    }
+    pub fn allocated(&self) -> bool {
+        self.flags & IMAP_ALLOCATED != 0
+    }
+}
+
+// ---- Group descriptors --------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupDesc {
+    pub free_blocks: u32,
+    pub dirs: u32,
+    pub flags: u32,
+}
+
+impl GroupDesc {
+    pub fn encode(&self, e: &mut [u8]) {
+        e[..32].fill(0);
+        put_u32(e, 0, self.free_blocks);
+        put_u32(e, 4, self.dirs);
+        put_u32(e, 8, self.flags);
+    }
+    pub fn decode(e: &[u8]) -> GroupDesc {
+        GroupDesc {
+            free_blocks: get_u32(e, 0),
+            dirs: get_u32(e, 4),
+            flags: get_u32(e, 8),
+        }
+    }
+}
+
+/// Check a meta block body's claimed count against what fits; used by table loaders.
+pub fn check_count(what: &'static str, n: u64, max: u64) -> Result<()> {
+    if n > max {
+        return Err(FsError::corrupt(
+            what,
+            format!("{n} exceeds the limit {max}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_block_round_trip() {
+        let n = pointers_per_block(4096);
+        assert_eq!(n, 508);
+        let ptrs: Vec<u64> = (0..n as u64).map(|i| i * 3).collect();
+        let h = BlockHeader::new(BlockKind::Indirect, 2, 5, 520);
+        let b = encode_pointer_block(h, &ptrs, 4096);
+        assert_eq!(decode_pointer_block(&b, h).unwrap(), ptrs);
+        assert!(
+            decode_pointer_block(&b, BlockHeader::new(BlockKind::Indirect, 2, 6, 520)).is_err()
+        );
+    }
+
+    #[test]
+    fn entries_round_trip() {
+        let mut e = [0u8; 32];
+        let u = SegUsage {
+            live_bytes: 77,
+            flags: SEG_DIRTY,
+            last_mod: 5,
+        };
+        u.encode(&mut e);
+        assert_eq!(SegUsage::decode(&e), u);
+        let m = ImapEntry {
+            addr: 1 << 40,
+            generation: 9,
+            slot: 3,
+            flags: IMAP_ALLOCATED,
+        };
+        m.encode(&mut e);
+        assert_eq!(ImapEntry::decode(&e), m);
+        let g = GroupDesc {
+            free_blocks: 10,
+            dirs: 2,
+            flags: 0,
+        };
+        g.encode(&mut e);
+        assert_eq!(GroupDesc::decode(&e), g);
+        let body = vec![1u8; 4096 - 32];
+        let b = encode_meta_block(IFILE_ID, 7, &body, 4096);
+        assert_eq!(decode_meta_block(&b, IFILE_ID, 7).unwrap(), &body[..]);
+        assert!(decode_meta_block(&b, BITMAP_ID, 7).is_err());
+    }
+}

@@ -3,6 +3,7 @@
 //! Decoders never panic on hostile bytes: every length and offset is checked and a bad
 //! structure becomes `FsError::Corrupt`.
 
+pub mod bmap;
 pub mod checkpoint;
 pub mod header;
 pub mod inode;

@@ -1,1 +1,282 @@
-//! (being written)
+//! Segment summaries: the head of every partial segment (docs/FORMAT.md "Segment summary").
+
+use super::*;
+use crate::{FsError, Result};
+
+pub const SS_MAGIC: u32 = 0x5353_4644;
+pub const SS_CONT: u16 = 1;
+pub const SS_CHECKPOINT: u16 = 2;
+const CRC_OFF: usize = 8;
+pub const SUMMARY_HEADER: usize = 72;
+pub const DESC_SIZE: usize = 24;
+pub const RECORD_SIZE: usize = 24;
+
+/// What one block of a partial segment is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Descriptor {
+    pub kind: BlockKind,
+    pub level: u8,
+    pub owner: u64,
+    pub index: u64,
+}
+
+impl Descriptor {
+    pub fn header(&self) -> BlockHeader {
+        BlockHeader::new(self.kind, self.level, self.owner, self.index)
+    }
+}
+
+/// Changes a transaction makes that no block shows (docs/FORMAT.md "Record").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// An inode number becomes free.
+    IFree { ino: u64 },
+    /// A tree node id becomes free.
+    NFree { node: u64 },
+    /// A run of whole log blocks dies.
+    Dead { addr: u64, count: u64 },
+    /// Data blocks become allocated.
+    DAlloc { start: u64, count: u64 },
+    /// Data blocks become free.
+    DFree { start: u64, count: u64 },
+    /// A group's directory count changes.
+    GroupDirs { group: u64, delta: i64 },
+}
+
+impl Record {
+    fn encode(&self, e: &mut [u8]) {
+        let (t, a, b) = match *self {
+            Record::IFree { ino } => (1u8, ino, 0u64),
+            Record::NFree { node } => (2, node, 0),
+            Record::Dead { addr, count } => (3, addr, count),
+            Record::DAlloc { start, count } => (4, start, count),
+            Record::DFree { start, count } => (5, start, count),
+            Record::GroupDirs { group, delta } => (6, group, delta as u64),
+        };
+        e[..RECORD_SIZE].fill(0);
+        e[0] = t;
+        put_u64(e, 8, a);
+        put_u64(e, 16, b);
+    }
+
+    fn decode(e: &[u8]) -> Result<Record> {
+        let (a, b) = (get_u64(e, 8), get_u64(e, 16));
+        Ok(match e[0] {
+            1 => Record::IFree { ino: a },
+            2 => Record::NFree { node: a },
+            3 => Record::Dead { addr: a, count: b },
+            4 => Record::DAlloc { start: a, count: b },
+            5 => Record::DFree { start: a, count: b },
+            6 => Record::GroupDirs {
+                group: a,
+                delta: b as i64,
+            },
+            t => {
+                return Err(FsError::corrupt(
+                    "segment summary",
+                    format!("unknown record type {t}"),
+                ))
+            }
+        })
+    }
+}
+
+/// A decoded summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub flags: u16,
+    pub data_crc: u32,
+    pub serial: u64,
+    pub ckpt_serial: u64,
+    pub uuid_tag: u64,
+    pub create_ns: u64,
+    pub next_segment: u64,
+    pub summary_blocks: u16,
+    pub descriptors: Vec<Descriptor>,
+    pub records: Vec<Record>,
+}
+
+impl Summary {
+    /// Summary blocks needed for `nblocks` descriptors and `nrecords` records.
+    pub fn blocks_needed(block_size: u32, nblocks: usize, nrecords: usize) -> usize {
+        (SUMMARY_HEADER + DESC_SIZE * nblocks + RECORD_SIZE * nrecords)
+            .div_ceil(block_size as usize)
+    }
+
+    pub fn block_count(&self) -> u64 {
+        self.descriptors.len() as u64
+    }
+
+    /// Total length of the partial segment in blocks.
+    pub fn total_blocks(&self) -> u64 {
+        self.summary_blocks as u64 + self.block_count()
+    }
+
+    /// Encode into `summary_blocks` blocks (at least `blocks_needed`; the writer plans the
+    /// layout before it knows the exact record count, so there may be spare zero space).
+    pub fn encode(&self, block_size: u32) -> Vec<u8> {
+        let n = self.summary_blocks as usize;
+        assert!(
+            Self::blocks_needed(block_size, self.descriptors.len(), self.records.len()) <= n,
+            "summary sized wrongly"
+        );
+        let mut b = vec![0u8; n * block_size as usize];
+        put_u32(&mut b, 0, SS_MAGIC);
+        put_u16(&mut b, 4, FORMAT_VERSION as u16);
+        put_u16(&mut b, 6, self.flags);
+        put_u32(&mut b, 12, self.data_crc);
+        put_u64(&mut b, 16, self.serial);
+        put_u64(&mut b, 24, self.ckpt_serial);
+        put_u64(&mut b, 32, self.uuid_tag);
+        put_u64(&mut b, 40, self.create_ns);
+        put_u64(&mut b, 48, self.next_segment);
+        put_u16(&mut b, 56, self.summary_blocks);
+        put_u32(&mut b, 60, self.descriptors.len() as u32);
+        put_u32(&mut b, 64, self.records.len() as u32);
+        let mut off = SUMMARY_HEADER;
+        for d in &self.descriptors {
+            put_u8(&mut b, off, d.kind as u8);
+            put_u8(&mut b, off + 1, d.level);
+            put_u64(&mut b, off + 8, d.owner);
+            put_u64(&mut b, off + 16, d.index);
+            off += DESC_SIZE;
+        }
+        for r in &self.records {
+            r.encode(&mut b[off..off + RECORD_SIZE]);
+            off += RECORD_SIZE;
+        }
+        seal_crc(&mut b, CRC_OFF);
+        b
+    }
+
+    /// Peek at the first summary block: how many summary blocks the whole summary has, or
+    /// an error when this is not a summary of this file system.
+    pub fn peek_len(first: &[u8], uuid_tag: u64) -> Result<usize> {
+        let bad = |d: String| FsError::corrupt("segment summary", d);
+        if first.len() < SUMMARY_HEADER || get_u32(first, 0) != SS_MAGIC {
+            return Err(bad("no summary here".into()));
+        }
+        if get_u16(first, 4) as u32 != FORMAT_VERSION {
+            return Err(bad(format!("version {}", get_u16(first, 4))));
+        }
+        if get_u64(first, 32) != uuid_tag {
+            return Err(bad("summary of another file system".into()));
+        }
+        let n = get_u16(first, 56) as usize;
+        if n == 0 {
+            return Err(bad("zero summary blocks".into()));
+        }
+        Ok(n)
+    }
+
+    /// Decode a whole summary (all its blocks).
+    pub fn decode(b: &[u8], uuid_tag: u64) -> Result<Summary> {
+        let bad = |d: String| FsError::corrupt("segment summary", d);
+        let block_size = b.len() / Self::peek_len(b, uuid_tag)?.max(1);
+        let n = Self::peek_len(b, uuid_tag)?;
+        if n * block_size != b.len() {
+            return Err(bad("summary length mismatch".into()));
+        }
+        if !check_crc(b, CRC_OFF) {
+            return Err(bad("summary CRC mismatch".into()));
+        }
+        let nblocks = get_u32(b, 60) as usize;
+        let nrecords = get_u32(b, 64) as usize;
+        let need = SUMMARY_HEADER as u64
+            + DESC_SIZE as u64 * nblocks as u64
+            + RECORD_SIZE as u64 * nrecords as u64;
+        if need.div_ceil(block_size as u64) > n as u64 {
+            return Err(bad(format!(
+                "{nblocks} blocks and {nrecords} records in {n} summary blocks"
+            )));
+        }
+        let mut off = SUMMARY_HEADER;
+        let mut descriptors = Vec::with_capacity(nblocks);
+        for _ in 0..nblocks {
+            let kind =
+                BlockKind::from_u8(b[off]).ok_or_else(|| bad(format!("block kind {}", b[off])))?;
+            descriptors.push(Descriptor {
+                kind,
+                level: b[off + 1],
+                owner: get_u64(b, off + 8),
+                index: get_u64(b, off + 16),
+            });
+            off += DESC_SIZE;
+        }
+        let mut records = Vec::with_capacity(nrecords);
+        for _ in 0..nrecords {
+            records.push(Record::decode(&b[off..off + RECORD_SIZE])?);
+            off += RECORD_SIZE;
+        }
+        Ok(Summary {
+            flags: get_u16(b, 6),
+            data_crc: get_u32(b, 12),
+            serial: get_u64(b, 16),
+            ckpt_serial: get_u64(b, 24),
+            uuid_tag: get_u64(b, 32),
+            create_ns: get_u64(b, 40),
+            next_segment: get_u64(b, 48),
+            summary_blocks: n as u16,
+            descriptors,
+            records,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_multi_block() {
+        let descriptors: Vec<Descriptor> = (0..200)
+            .map(|i| Descriptor {
+                kind: BlockKind::Indirect,
+                level: 1,
+                owner: i,
+                index: i * 7,
+            })
+            .collect();
+        let records = vec![
+            Record::IFree { ino: 5 },
+            Record::Dead {
+                addr: 900,
+                count: 3,
+            },
+            Record::DAlloc {
+                start: 10,
+                count: 20,
+            },
+            Record::DFree {
+                start: 40,
+                count: 2,
+            },
+            Record::NFree { node: 8 },
+            Record::GroupDirs {
+                group: 3,
+                delta: -1,
+            },
+        ];
+        let n = Summary::blocks_needed(4096, descriptors.len(), records.len());
+        assert_eq!(n, 2);
+        let s = Summary {
+            flags: SS_CONT,
+            data_crc: 1234,
+            serial: 99,
+            ckpt_serial: 4,
+            uuid_tag: 0xfeed,
+            create_ns: 1,
+            next_segment: 17,
+            summary_blocks: n as u16,
+            descriptors,
+            records,
+        };
+        let b = s.encode(4096);
+        assert_eq!(Summary::peek_len(&b, 0xfeed).unwrap(), 2);
+        assert_eq!(Summary::decode(&b, 0xfeed).unwrap(), s);
+        assert!(Summary::decode(&b, 0xbeef).is_err());
+        let mut c = b.clone();
+        c[5000] ^= 1;
+        assert!(Summary::decode(&c, 0xfeed).is_err());
+    }
+}

@@ -1,1 +1,268 @@
-//! (being written)
+//! Superblock of either device (docs/FORMAT.md "Superblock").
+
+use super::*;
+use crate::{FsError, Result};
+
+pub const SB_MAGIC: &[u8; 8] = b"DUALFSSB";
+const CRC_OFF: usize = 12;
+/// The superblock is the first 4096 bytes of its block.
+pub const SB_SIZE: usize = 4096;
+pub const MAX_SB_COPIES: usize = 8;
+pub const MAX_DATA_PATH: usize = 1024;
+pub const LABEL_LEN: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Meta = 1,
+    Data = 2,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub uuid: [u8; 16],
+    pub role: Role,
+    pub block_size: u32,
+    pub meta_blocks: u64,
+    pub data_blocks: u64,
+    pub segment_blocks: u32,
+    pub blocks_per_group: u32,
+    pub segments: u64,
+    pub groups: u64,
+    pub hash_seed: u64,
+    pub created: u64,
+    pub label: String,
+    pub copy_segments: Vec<u64>,
+    pub data_path: Vec<u8>,
+}
+
+impl Superblock {
+    pub fn uuid_tag(&self) -> u64 {
+        uuid_tag(&self.uuid)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(self.copy_segments.len() <= MAX_SB_COPIES);
+        assert!(self.data_path.len() <= MAX_DATA_PATH);
+        assert!(self.label.len() <= LABEL_LEN);
+        let mut b = vec![0u8; SB_SIZE];
+        b[0..8].copy_from_slice(SB_MAGIC);
+        put_u32(&mut b, 8, FORMAT_VERSION);
+        b[16..32].copy_from_slice(&self.uuid);
+        put_u32(&mut b, 32, self.role as u32);
+        put_u32(&mut b, 36, self.block_size);
+        put_u64(&mut b, 40, self.meta_blocks);
+        put_u64(&mut b, 48, self.data_blocks);
+        put_u32(&mut b, 56, self.segment_blocks);
+        put_u32(&mut b, 60, self.blocks_per_group);
+        put_u64(&mut b, 64, self.segments);
+        put_u64(&mut b, 72, self.groups);
+        put_u64(&mut b, 80, self.hash_seed);
+        put_u64(&mut b, 88, self.created);
+        put_u32(&mut b, 96, INODE_SIZE as u32);
+        put_u32(&mut b, 100, 0);
+        b[104..104 + self.label.len()].copy_from_slice(self.label.as_bytes());
+        put_u32(&mut b, 136, self.copy_segments.len() as u32);
+        for (i, s) in self.copy_segments.iter().enumerate() {
+            put_u64(&mut b, 144 + 8 * i, *s);
+        }
+        put_u16(&mut b, 208, self.data_path.len() as u16);
+        b[210..210 + self.data_path.len()].copy_from_slice(&self.data_path);
+        seal_crc(&mut b, CRC_OFF);
+        b
+    }
+
+    /// Decode and validate everything that can be checked without the other device.
+    pub fn decode(buf: &[u8]) -> Result<Superblock> {
+        let bad = |d: String| FsError::corrupt("superblock", d);
+        if buf.len() < SB_SIZE {
+            return Err(bad(format!("short read of {} bytes", buf.len())));
+        }
+        let b = &buf[..SB_SIZE];
+        if &b[0..8] != SB_MAGIC {
+            return Err(bad("no DualFS superblock (bad magic)".into()));
+        }
+        let version = get_u32(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(bad(format!(
+                "format version {version}, this program reads version {FORMAT_VERSION}"
+            )));
+        }
+        if !check_crc(b, CRC_OFF) {
+            return Err(bad("CRC mismatch".into()));
+        }
+        let role = match get_u32(b, 32) {
+            1 => Role::Meta,
+            2 => Role::Data,
+            r => return Err(bad(format!("unknown device role {r}"))),
+        };
+        let block_size = get_u32(b, 36);
+        if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
+        {
+            return Err(bad(format!("block size {block_size}")));
+        }
+        let segment_blocks = get_u32(b, 56);
+        let blocks_per_group = get_u32(b, 60);
+        let meta_blocks = get_u64(b, 40);
+        let data_blocks = get_u64(b, 48);
+        let segments = get_u64(b, 64);
+        let groups = get_u64(b, 72);
+        if segment_blocks < MIN_SEGMENT_BLOCKS
+            || segments < 2
+            || segments != meta_blocks / segment_blocks as u64
+        {
+            return Err(bad(format!(
+                "segments {segments} of {segment_blocks} blocks on {meta_blocks} blocks"
+            )));
+        }
+        if blocks_per_group == 0
+            || blocks_per_group as u64 > 8 * (block_size as u64 - HEADER_SIZE as u64)
+        {
+            return Err(bad(format!("blocks per group {blocks_per_group}")));
+        }
+        if data_blocks < 2 || groups != data_blocks.div_ceil(blocks_per_group as u64) {
+            return Err(bad(format!(
+                "{groups} groups for {data_blocks} data blocks"
+            )));
+        }
+        if meta_blocks >= 1 << 48 || data_blocks >= 1 << 48 {
+            return Err(bad("device larger than 2^48 blocks".into()));
+        }
+        if get_u32(b, 96) as usize != INODE_SIZE {
+            return Err(bad(format!("inode size {}", get_u32(b, 96))));
+        }
+        if get_u32(b, 100) != 0 {
+            return Err(bad(format!("unknown features {:#x}", get_u32(b, 100))));
+        }
+        let label_bytes = &b[104..104 + LABEL_LEN];
+        let label_end = label_bytes
+            .iter()
+            .position(|&c| c == 0)
+            .unwrap_or(LABEL_LEN);
+        let label = String::from_utf8_lossy(&label_bytes[..label_end]).into_owned();
+        let ncopies = get_u32(b, 136) as usize;
+        if ncopies > MAX_SB_COPIES {
+            return Err(bad(format!("{ncopies} superblock copies")));
+        }
+        let copy_segments: Vec<u64> = (0..ncopies).map(|i| get_u64(b, 144 + 8 * i)).collect();
+        if copy_segments.iter().any(|&s| s == 0 || s >= segments) {
+            return Err(bad("superblock copy outside the log".into()));
+        }
+        let path_len = get_u16(b, 208) as usize;
+        if path_len > MAX_DATA_PATH {
+            return Err(bad(format!("data path length {path_len}")));
+        }
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[16..32]);
+        Ok(Superblock {
+            uuid,
+            role,
+            block_size,
+            meta_blocks,
+            data_blocks,
+            segment_blocks,
+            blocks_per_group,
+            segments,
+            groups,
+            hash_seed: get_u64(b, 80),
+            created: get_u64(b, 88),
+            label,
+            copy_segments,
+            data_path: b[210..210 + path_len].to_vec(),
+        })
+    }
+
+    /// Is `other` (the data device's superblock) the partner of this metadata superblock?
+    pub fn pairs_with(&self, other: &Superblock) -> bool {
+        self.uuid == other.uuid
+            && self.block_size == other.block_size
+            && self.meta_blocks == other.meta_blocks
+            && self.data_blocks == other.data_blocks
+            && self.blocks_per_group == other.blocks_per_group
+            && self.role == Role::Meta
+            && other.role == Role::Data
+    }
+
+    /// First log block of segment `seg` (after a superblock copy if it has one).
+    pub fn segment_start(&self, seg: u64) -> u64 {
+        let base = seg * self.segment_blocks as u64;
+        if self.copy_segments.contains(&seg) {
+            base + 1
+        } else {
+            base
+        }
+    }
+
+    /// One past the last block of segment `seg`.
+    pub fn segment_end(&self, seg: u64) -> u64 {
+        (seg + 1) * self.segment_blocks as u64
+    }
+
+    pub fn segment_of(&self, addr: u64) -> u64 {
+        addr / self.segment_blocks as u64
+    }
+
+    /// Where mkfs puts superblock copies for a log of `segments` segments.
+    pub fn copy_locations(segments: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = (1..8u64)
+            .map(|i| (segments * i / 8).max(1))
+            .filter(|&s| s < segments)
+            .collect();
+        v.dedup();
+        v
+    }
+}
+
+pub fn uuid_tag(uuid: &[u8; 16]) -> u64 {
+    get_u64(uuid, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        Superblock {
+            uuid: [7; 16],
+            role: Role::Meta,
+            block_size: 4096,
+            meta_blocks: 256 * 64,
+            data_blocks: 100_000,
+            segment_blocks: 256,
+            blocks_per_group: 32512,
+            segments: 64,
+            groups: 4,
+            hash_seed: 99,
+            created: 1,
+            label: "disk".into(),
+            copy_segments: Superblock::copy_locations(64),
+            data_path: b"/tmp/data.img".to_vec(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let sb = sample();
+        let b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        assert_eq!(sb.copy_segments, vec![8, 16, 24, 32, 40, 48, 56]);
+        assert_eq!(sb.segment_start(8), 8 * 256 + 1);
+        assert_eq!(sb.segment_start(9), 9 * 256);
+    }
+
+    #[test]
+    fn rejects_damage() {
+        let b = sample().encode();
+        for i in [0, 9, 20, 40, 60, 300] {
+            let mut c = b.clone();
+            c[i] ^= 0x10;
+            assert!(Superblock::decode(&c).is_err(), "byte {i}");
+        }
+        assert!(Superblock::decode(&b[..100]).is_err());
+    }
+
+    #[test]
+    fn copies_on_small_logs() {
+        assert_eq!(Superblock::copy_locations(4), vec![1, 2, 3]);
+        assert_eq!(Superblock::copy_locations(2), vec![1]);
+    }
+}

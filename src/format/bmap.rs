@@ -1,0 +1,142 @@
+//! Geometry of the block map (ext2-style direct + single/double/triple indirect pointers):
+//! which indirect blocks lead to file block `n`, and how each is named.
+
+use super::inode::NDIRECT;
+
+/// One step of a path: the indirect block (`level`, `index` = first file block it maps) and
+/// the slot in it to follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Step {
+    pub level: u8,
+    pub index: u64,
+    pub slot: usize,
+}
+
+/// Where file block `n` is found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlockPath {
+    /// `i_direct[k]`.
+    Direct(usize),
+    /// Through `i_indirect[tree]` (0 single, 1 double, 2 triple); steps from the top block down
+    /// to the level-1 block whose slot holds the data address.
+    Indirect { tree: usize, steps: Vec<Step> },
+}
+
+/// Number of file blocks mapped by one block of `level` (1 = points at data).
+pub fn span(level: u8, p: u64) -> u64 {
+    p.pow(level as u32)
+}
+
+/// First file block mapped by each of the three trees, and one past the last.
+pub fn tree_start(tree: usize, p: u64) -> u64 {
+    let mut s = NDIRECT as u64;
+    for t in 0..tree {
+        s += span(t as u8 + 1, p);
+    }
+    s
+}
+
+/// Largest number of blocks a file can have.
+pub fn max_blocks(p: u64) -> u64 {
+    tree_start(3, p)
+}
+
+/// The path to file block `n`, or None past the largest file.
+pub fn path(n: u64, p: u64) -> Option<BlockPath> {
+    if n < NDIRECT as u64 {
+        return Some(BlockPath::Direct(n as usize));
+    }
+    for tree in 0..3 {
+        let start = tree_start(tree, p);
+        let levels = tree as u8 + 1;
+        if n < start + span(levels, p) {
+            let mut steps = Vec::with_capacity(levels as usize);
+            let mut base = start;
+            for level in (1..=levels).rev() {
+                let child_span = span(level - 1, p);
+                let slot = ((n - base) / child_span) as usize;
+                steps.push(Step {
+                    level,
+                    index: base,
+                    slot,
+                });
+                base += slot as u64 * child_span;
+            }
+            return Some(BlockPath::Indirect { tree, steps });
+        }
+    }
+    None
+}
+
+/// The first file block mapped by slot `slot` of indirect block (`level`, `index`).
+pub fn child_index(level: u8, index: u64, slot: usize, p: u64) -> u64 {
+    index + slot as u64 * span(level - 1, p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        let p = 508;
+        assert_eq!(path(11, p), Some(BlockPath::Direct(11)));
+        assert_eq!(
+            path(12, p),
+            Some(BlockPath::Indirect {
+                tree: 0,
+                steps: vec![Step {
+                    level: 1,
+                    index: 12,
+                    slot: 0
+                }]
+            })
+        );
+        assert_eq!(
+            path(12 + 508 + 509, p),
+            Some(BlockPath::Indirect {
+                tree: 1,
+                steps: vec![
+                    Step {
+                        level: 2,
+                        index: 520,
+                        slot: 1
+                    },
+                    Step {
+                        level: 1,
+                        index: 520 + 508,
+                        slot: 1
+                    }
+                ]
+            })
+        );
+        let last = max_blocks(p) - 1;
+        match path(last, p).unwrap() {
+            BlockPath::Indirect { tree: 2, steps } => {
+                assert_eq!(steps.len(), 3);
+                assert!(steps.iter().all(|s| s.slot == 507));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(path(last + 1, p), None);
+        assert_eq!(max_blocks(508), 131_355_096);
+    }
+
+    #[test]
+    fn steps_are_consistent() {
+        let p = 8;
+        for n in 0..max_blocks(p) {
+            if let Some(BlockPath::Indirect { steps, .. }) = path(n, p) {
+                for w in steps.windows(2) {
+                    assert_eq!(
+                        child_index(w[0].level, w[0].index, w[0].slot, p),
+                        w[1].index
+                    );
+                }
+                let l = steps.last().unwrap();
+                assert_eq!(l.level, 1);
+                assert_eq!(l.index + l.slot as u64, n);
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! A file's block map in memory: finding, adding and freeing data-block pointers through the
+//! cached indirect blocks of an inode (the geometry is `format::bmap`).
+//!
+//! Functions here work on an `InodeState` under its lock and never do I/O: when a needed
+//! indirect block is not cached they answer `Need` with what to read, and the caller reads it
+//! without locks (`Fs::load_ptr`) and tries again.
+
+use super::inode::{InodeState, PtrBlock};
+use crate::format::bmap::{self, BlockPath, Step};
+use std::sync::Arc;
+
+/// An indirect block that must be read first: its key and log address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Need {
+    pub level: u8,
+    pub index: u64,
+    pub addr: u64,
+}
+
+/// Data address of file block `n` (0 = hole), or the indirect block to load first.
+pub fn lookup(st: &InodeState, n: u64, p: u64) -> Result<u64, Need> {
+    match bmap::path(n, p) {
+        None => Ok(0),
+        Some(BlockPath::Direct(k)) => Ok(st.d.direct[k]),
+        Some(BlockPath::Indirect { tree, steps }) => {
+            let mut addr = st.d.indirect[tree];
+            for s in steps {
+                match st.ptrs.get(&(s.level, s.index)) {
+                    Some(b) => addr = b.ptrs[s.slot],
+                    None if addr == 0 => return Ok(0),
+                    None => return Err(Need { level: s.level, index: s.index, addr }),
+                }
+            }
+            Ok(addr)
+        }
+    }
+}
+
+/// Set the data address of file block `n` (0 clears it); creates missing indirect blocks.
+/// Returns the previous address. Fails with `Need` when an existing indirect block on the path
+/// is not cached (nothing is changed then).
+pub fn set(st: &mut InodeState, n: u64, data_addr: u64, p: u64) -> Result<u64, Need> {
+    match bmap::path(n, p) {
+        None => panic!("block {n} beyond the largest file; callers check the size limit"),
+        Some(BlockPath::Direct(k)) => Ok(std::mem::replace(&mut st.d.direct[k], data_addr)),
+        Some(BlockPath::Indirect { tree, steps }) => {
+            // First make sure every existing block on the path is cached.
+            let mut addr = st.d.indirect[tree];
+            for s in &steps {
+                match st.ptrs.get(&(s.level, s.index)) {
+                    Some(b) => addr = b.ptrs[s.slot],
+                    None if addr == 0 => break,
+                    None => return Err(Need { level: s.level, index: s.index, addr }),
+                }
+            }
+            for s in &steps {
+                if !st.ptrs.contains_key(&(s.level, s.index)) {
+                    if data_addr == 0 {
+                        return Ok(0); // clearing a hole: nothing to do
+                    }
+                    st.ptrs.insert((s.level, s.index), PtrBlock { ptrs: Arc::new(vec![0; p as usize]), addr: 0, dirty: true });
+                    st.d.meta_blocks += 1;
+                }
+            }
+            let last: Step = *steps.last().unwrap();
+            let b = st.ptrs.get_mut(&(last.level, last.index)).unwrap();
+            b.dirty = true;
+            Ok(std::mem::replace(&mut Arc::make_mut(&mut b.ptrs)[last.slot], data_addr))
+        }
+    }
+}
+
+/// Every indirect block key reachable from the inode whose parent pointer is known but
+/// which is not cached (to load before freeing the whole file or a range).
+pub fn missing_blocks(st: &InodeState, from_block: u64, p: u64) -> Vec<Need> {
+    let mut out = Vec::new();
+    for tree in 0..3 {
+        let level = tree as u8 + 1;
+        let start = bmap::tree_start(tree, p);
+        let end = start + bmap::span(level, p);
+        if end <= from_block {
+            continue;
+        }
+        walk_missing(st, level, start, st.d.indirect[tree], from_block, p, &mut out);
+    }
+    out
+}
+
+fn walk_missing(st: &InodeState, level: u8, index: u64, addr: u64, from: u64, p: u64, out: &mut Vec<Need>) {
+    match st.ptrs.get(&(level, index)) {
+        None if addr != 0 => out.push(Need { level, index, addr }),
+        None => {}
+        Some(b) if level > 1 => {
+            for (slot, &child) in b.ptrs.iter().enumerate() {
+                let ci = bmap::child_index(level, index, slot, p);
+                if ci + bmap::span(level - 1, p) > from {
+                    walk_missing(st, level - 1, ci, child, from, p, out);
+                }
+            }
+        }
+        Some(_) => {}
+    }
+}
+
+/// What freeing a range of a file releases.
+#[derive(Default, Debug)]
+pub struct Freed {
+    /// Data blocks, as runs (start, count).
+    pub data: Vec<(u64, u64)>,
+    /// Log addresses of indirect blocks that were on disk.
+    pub log: Vec<u64>,
+}
+
+impl Freed {
+    fn data_block(&mut self, a: u64) {
+        if a == 0 {
+            return;
+        }
+        if let Some(last) = self.data.last_mut() {
+            if last.0 + last.1 == a {
+                last.1 += 1;
+                return;
+            }
+        }
+        self.data.push((a, 1));
+    }
+}
+
+/// Clear every pointer to file blocks `>= from` and drop indirect blocks left empty of the
+/// range. All indirect blocks involved must be cached (see `missing_blocks`).
+pub fn free_from(st: &mut InodeState, from: u64, p: u64) -> Freed {
+    let mut freed = Freed::default();
+    for k in (from.min(crate::format::inode::NDIRECT as u64) as usize)..crate::format::inode::NDIRECT {
+        freed.data_block(std::mem::take(&mut st.d.direct[k]));
+    }
+    for tree in 0..3 {
+        let level = tree as u8 + 1;
+        let start = bmap::tree_start(tree, p);
+        if start + bmap::span(level, p) <= from {
+            continue;
+        }
+        if free_subtree(st, level, start, from, p, &mut freed) {
+            st.d.indirect[tree] = 0;
+        }
+    }
+    let nfreed: u64 = freed.data.iter().map(|r| r.1).sum();
+    st.d.blocks -= nfreed.min(st.d.blocks);
+    freed
+}
+
+/// Free the part `>= from` of indirect block (level, index). Returns true when the whole
+/// block went away (its parent pointer must be cleared).
+fn free_subtree(st: &mut InodeState, level: u8, index: u64, from: u64, p: u64, freed: &mut Freed) -> bool {
+    let Some(block) = st.ptrs.get(&(level, index)) else {
+        return false; // a hole (callers loaded every existing block)
+    };
+    let ptrs = block.ptrs.clone();
+    let child_span = bmap::span(level - 1, p);
+    let mut changed = Vec::new();
+    for (slot, &child) in ptrs.iter().enumerate() {
+        let ci = bmap::child_index(level, index, slot, p);
+        if ci + child_span <= from {
+            continue;
+        }
+        if level == 1 {
+            if child != 0 {
+                freed.data_block(child);
+                changed.push(slot);
+            }
+        } else if free_subtree(st, level - 1, ci, from, p, freed) {
+            changed.push(slot);
+        }
+    }
+    if index >= from {
+        let b = st.ptrs.remove(&(level, index)).unwrap();
+        if b.addr != 0 {
+            freed.log.push(b.addr);
+        }
+        st.d.meta_blocks -= 1;
+        return true;
+    }
+    if !changed.is_empty() {
+        let b = st.ptrs.get_mut(&(level, index)).unwrap();
+        let v = Arc::make_mut(&mut b.ptrs);
+        for slot in changed {
+            v[slot] = 0;
+        }
+        b.dirty = true;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::inode::DiskInode;
+    use crate::fs::inode::InodeEntry;
+
+    #[test]
+    fn set_lookup_free() {
+        let e = InodeEntry::new(DiskInode { ino: 5, mode: libc::S_IFREG, ..Default::default() }, true);
+        let mut st = e.state.write();
+        let p = 8;
+        for n in [0u64, 11, 12, 19, 20, 12 + 8 + 64 + 3, 12 + 8 + 64 + 512 - 1] {
+            assert_eq!(set(&mut st, n, 1000 + n, p), Ok(0));
+            st.d.blocks += 1;
+        }
+        for n in [0u64, 11, 12, 19, 20, 12 + 8 + 64 + 3] {
+            assert_eq!(lookup(&st, n, p), Ok(1000 + n));
+        }
+        assert_eq!(lookup(&st, 13, p), Ok(0));
+        assert_eq!(st.d.meta_blocks, 1 + 2 + 3 + 2);
+        let f = free_from(&mut st, 20, p);
+        assert_eq!(f.data.iter().map(|r| r.1).sum::<u64>(), 3);
+        assert_eq!(lookup(&st, 19, p), Ok(1019));
+        assert_eq!(lookup(&st, 20, p), Ok(0));
+        assert_eq!(st.d.indirect[1], 0);
+        assert_eq!(st.d.meta_blocks, 1);
+        assert!(missing_blocks(&st, 0, p).is_empty());
+        let f = free_from(&mut st, 0, p);
+        assert_eq!(f.data.iter().map(|r| r.1).sum::<u64>(), 4);
+        assert!(st.ptrs.is_empty());
+        assert_eq!(st.d.blocks, 0);
+    }
+}

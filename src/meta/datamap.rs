@@ -1,0 +1,370 @@
+//! The data device's block groups: committed bitmaps and group descriptors (the bitmap file,
+//! docs/FORMAT.md "Bitmap file") plus the allocator's in-memory reservations.
+//!
+//! A block is free for allocation when neither its committed bit (durable state as of the
+//! last applied transaction) nor its reserved bit (handed out, not yet committed) is set.
+//! Freed blocks stay committed until the transaction that frees them is durable, so a block
+//! is never given to another file while a crash could still make the old owner reappear.
+
+use super::metafile::MetaFile;
+use crate::format::meta::{entries32_per_block, GroupDesc};
+use crate::format::{BITMAP_ID, HEADER_SIZE};
+use crate::{FsError, Result};
+use bitvec::prelude::*;
+
+pub struct DataMap {
+    pub file: MetaFile,
+    block_size: u32,
+    pub blocks_per_group: u64,
+    pub data_blocks: u64,
+    desc_blocks: u64,
+    per_desc_block: u64,
+    pub groups: Vec<GroupDesc>,
+    committed: Vec<BitVec<u8, Lsb0>>,
+    reserved: Vec<BitVec<u8, Lsb0>>,
+    reserved_count: u64,
+}
+
+impl DataMap {
+    pub fn new(block_size: u32, data_blocks: u64, blocks_per_group: u64) -> DataMap {
+        let ngroups = data_blocks.div_ceil(blocks_per_group);
+        let per_desc_block = entries32_per_block(block_size) as u64;
+        let desc_blocks = ngroups.div_ceil(per_desc_block);
+        let mut m = DataMap {
+            file: MetaFile::new(BITMAP_ID, block_size, desc_blocks + ngroups),
+            block_size,
+            blocks_per_group,
+            data_blocks,
+            desc_blocks,
+            per_desc_block,
+            groups: Vec::new(),
+            committed: Vec::new(),
+            reserved: Vec::new(),
+            reserved_count: 0,
+        };
+        for g in 0..ngroups {
+            let mut bits = bitvec![u8, Lsb0; 0; blocks_per_group as usize];
+            let real = m.group_len(g);
+            bits[real as usize..].fill(true);
+            m.committed.push(bits);
+            m.reserved
+                .push(bitvec![u8, Lsb0; 0; blocks_per_group as usize]);
+            m.groups.push(GroupDesc {
+                free_blocks: real as u32,
+                dirs: 0,
+                flags: 0,
+            });
+        }
+        // Block 0 is the data superblock.
+        m.committed[0].set(0, true);
+        m.groups[0].free_blocks -= 1;
+        m
+    }
+
+    /// Blocks that really exist in group `g` (the last group may be short).
+    pub fn group_len(&self, g: u64) -> u64 {
+        (self.data_blocks - g * self.blocks_per_group).min(self.blocks_per_group)
+    }
+
+    pub fn ngroups(&self) -> u64 {
+        self.groups.len() as u64
+    }
+
+    pub fn group_of(&self, block: u64) -> u64 {
+        block / self.blocks_per_group
+    }
+
+    fn check_run(&self, start: u64, count: u64) -> Result<()> {
+        if start == 0
+            || count == 0
+            || start
+                .checked_add(count)
+                .is_none_or(|e| e > self.data_blocks)
+        {
+            return Err(FsError::corrupt(
+                "data extent",
+                format!("{start}+{count} outside the data device"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Split a run into per-group pieces (group, first bit, count).
+    fn pieces(&self, start: u64, count: u64) -> Vec<(usize, usize, usize)> {
+        let mut v = Vec::new();
+        let (mut s, end) = (start, start + count);
+        while s < end {
+            let g = s / self.blocks_per_group;
+            let ge = ((g + 1) * self.blocks_per_group).min(end);
+            v.push((
+                g as usize,
+                (s - g * self.blocks_per_group) as usize,
+                (ge - s) as usize,
+            ));
+            s = ge;
+        }
+        v
+    }
+
+    fn mark_group_dirty(&mut self, g: usize) {
+        let d = g as u64 / self.per_desc_block;
+        self.file.mark_dirty(d);
+        self.file.mark_dirty(self.desc_blocks + g as u64);
+    }
+
+    /// Apply a committed allocation (DALLOC). Blocks must have been free in the committed map.
+    pub fn commit_alloc(&mut self, start: u64, count: u64) -> Result<()> {
+        self.check_run(start, count)?;
+        for (g, b, n) in self.pieces(start, count) {
+            let bits = &mut self.committed[g][b..b + n];
+            if bits.any() {
+                return Err(FsError::corrupt(
+                    "data bitmap",
+                    format!("allocating allocated blocks in {start}+{count}"),
+                ));
+            }
+            bits.fill(true);
+            let r = &mut self.reserved[g][b..b + n];
+            let was = r.count_ones() as u64;
+            r.fill(false);
+            self.reserved_count -= was;
+            self.groups[g].free_blocks -= n as u32;
+            self.mark_group_dirty(g);
+        }
+        Ok(())
+    }
+
+    /// Apply a committed free (DFREE).
+    pub fn commit_free(&mut self, start: u64, count: u64) -> Result<()> {
+        self.check_run(start, count)?;
+        for (g, b, n) in self.pieces(start, count) {
+            let bits = &mut self.committed[g][b..b + n];
+            if bits.not_all() {
+                return Err(FsError::corrupt(
+                    "data bitmap",
+                    format!("freeing free blocks in {start}+{count}"),
+                ));
+            }
+            bits.fill(false);
+            self.groups[g].free_blocks += n as u32;
+            self.mark_group_dirty(g);
+        }
+        Ok(())
+    }
+
+    pub fn add_dirs(&mut self, group: u64, delta: i64) -> Result<()> {
+        let gd = self.groups.get_mut(group as usize).ok_or_else(|| {
+            FsError::corrupt("group descriptor", format!("group {group} out of range"))
+        })?;
+        gd.dirs = (gd.dirs as i64 + delta).max(0) as u32;
+        self.mark_group_dirty(group as usize);
+        Ok(())
+    }
+
+    pub fn is_committed(&self, block: u64) -> bool {
+        let g = self.group_of(block) as usize;
+        self.committed
+            .get(g)
+            .is_some_and(|b| b[(block % self.blocks_per_group) as usize])
+    }
+
+    /// Blocks free for allocation now.
+    pub fn free_blocks(&self) -> u64 {
+        self.committed_free() - self.reserved_count
+    }
+
+    pub fn committed_free(&self) -> u64 {
+        self.groups.iter().map(|g| g.free_blocks as u64).sum()
+    }
+
+    /// Hand out up to `max` contiguous free blocks, the first at or after `goal` (wrapping
+    /// around the device). Returns (start, count) or None when the device is full.
+    pub fn reserve(&mut self, goal: u64, max: u64) -> Option<(u64, u64)> {
+        if max == 0 || self.free_blocks() == 0 {
+            return None;
+        }
+        let ng = self.ngroups();
+        let goal = if goal >= self.data_blocks { 0 } else { goal };
+        let g0 = self.group_of(goal);
+        for step in 0..=ng {
+            let g = (g0 + step) % ng;
+            let from = if step == 0 {
+                goal % self.blocks_per_group
+            } else {
+                0
+            };
+            // On the wrap-around pass look at the part of the goal group before the goal.
+            let from = if step == ng { 0 } else { from };
+            if let Some(first) = self.first_free(g as usize, from as usize) {
+                let mut n = 1;
+                while (n as u64) < max
+                    && first + n < self.blocks_per_group as usize
+                    && self.is_free_bit(g as usize, first + n)
+                {
+                    n += 1;
+                }
+                self.reserved[g as usize][first..first + n].fill(true);
+                self.reserved_count += n as u64;
+                return Some((g * self.blocks_per_group + first as u64, n as u64));
+            }
+        }
+        None
+    }
+
+    fn is_free_bit(&self, g: usize, b: usize) -> bool {
+        !self.committed[g][b] && !self.reserved[g][b]
+    }
+
+    fn first_free(&self, g: usize, from: usize) -> Option<usize> {
+        let (c, r) = (&self.committed[g], &self.reserved[g]);
+        let mut pos = from;
+        while pos < c.len() {
+            let a = pos + c[pos..].first_zero()?;
+            if !r[a] {
+                return Some(a);
+            }
+            pos = a + r[a..].first_zero()?;
+        }
+        None
+    }
+
+    /// Give back reserved blocks that were not used.
+    pub fn unreserve(&mut self, start: u64, count: u64) {
+        for (g, b, n) in self.pieces(start, count) {
+            let r = &mut self.reserved[g][b..b + n];
+            let was = r.count_ones() as u64;
+            debug_assert_eq!(was, n as u64, "unreserving blocks that were not reserved");
+            r.fill(false);
+            self.reserved_count -= was;
+        }
+    }
+
+    /// A group for a new directory: among groups with at least the average free space, the
+    /// one with the fewest directories (ext2's spreading rule).
+    pub fn pick_dir_group(&self, parent_group: u64) -> u64 {
+        let n = self.groups.len() as u64;
+        let avg = self.committed_free() / n.max(1);
+        let mut best: Option<(u32, u32, u64)> = None;
+        for step in 0..n {
+            let g = (parent_group + step) % n;
+            let gd = &self.groups[g as usize];
+            if gd.free_blocks as u64 >= avg {
+                let better = match best {
+                    None => true,
+                    Some((dirs, free, _)) => {
+                        gd.dirs < dirs || (gd.dirs == dirs && gd.free_blocks > free)
+                    }
+                };
+                if better {
+                    best = Some((gd.dirs, gd.free_blocks, g));
+                }
+            }
+        }
+        best.map(|b| b.2).unwrap_or(parent_group % n.max(1))
+    }
+
+    /// First block of group `g` (where a file with no blocks yet starts looking).
+    pub fn group_start(&self, g: u64) -> u64 {
+        g * self.blocks_per_group
+    }
+
+    pub fn encode_block(&self, b: u64) -> Vec<u8> {
+        let mut body = vec![0u8; self.block_size as usize - HEADER_SIZE];
+        if b < self.desc_blocks {
+            for i in 0..self.per_desc_block {
+                if let Some(gd) = self.groups.get((b * self.per_desc_block + i) as usize) {
+                    gd.encode(&mut body[32 * i as usize..]);
+                }
+            }
+        } else {
+            let bits = &self.committed[(b - self.desc_blocks) as usize];
+            body[..bits.as_raw_slice().len()].copy_from_slice(bits.as_raw_slice());
+        }
+        body
+    }
+
+    pub fn decode(
+        file: MetaFile,
+        block_size: u32,
+        data_blocks: u64,
+        blocks_per_group: u64,
+        bodies: &[Vec<u8>],
+    ) -> Result<DataMap> {
+        let mut m = DataMap::new(block_size, data_blocks, blocks_per_group);
+        let bad = |d: String| FsError::corrupt("bitmap file", d);
+        if bodies.len() as u64 != m.desc_blocks + m.ngroups() {
+            return Err(bad(format!(
+                "{} blocks for {} groups",
+                bodies.len(),
+                m.ngroups()
+            )));
+        }
+        for g in 0..m.ngroups() {
+            let body = &bodies[(g / m.per_desc_block) as usize];
+            let gd = GroupDesc::decode(&body[32 * (g % m.per_desc_block) as usize..]);
+            let raw =
+                &bodies[(m.desc_blocks + g) as usize][..(blocks_per_group as usize).div_ceil(8)];
+            let mut bits = BitVec::<u8, Lsb0>::from_slice(raw);
+            bits.truncate(blocks_per_group as usize);
+            let real = m.group_len(g) as usize;
+            let free = bits[..real].count_zeros();
+            if free as u32 != gd.free_blocks || bits[real..].not_all() {
+                return Err(bad(format!(
+                    "group {g}: descriptor says {} free, bitmap {free}",
+                    gd.free_blocks
+                )));
+            }
+            m.committed[g as usize] = bits;
+            m.groups[g as usize] = gd;
+        }
+        if !m.committed[0][0] {
+            return Err(bad("the data superblock is marked free".into()));
+        }
+        m.file = file;
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_commit_free() {
+        let mut m = DataMap::new(4096, 1000, 300);
+        assert_eq!(m.ngroups(), 4);
+        assert_eq!(m.group_len(3), 100);
+        assert_eq!(m.free_blocks(), 999);
+        let (s, n) = m.reserve(0, 10).unwrap();
+        assert_eq!((s, n), (1, 10));
+        assert_eq!(m.free_blocks(), 989);
+        m.commit_alloc(1, 10).unwrap();
+        assert_eq!(m.free_blocks(), 989);
+        assert!(m.commit_alloc(5, 1).is_err());
+        // A run stops at a group end.
+        let (s, n) = m.reserve(295, 20).unwrap();
+        assert_eq!((s, n), (295, 5));
+        m.unreserve(295, 5);
+        m.commit_free(1, 10).unwrap();
+        assert!(m.commit_free(1, 1).is_err());
+        assert_eq!(m.free_blocks(), 999);
+        // Round trip through the on-disk encoding.
+        m.commit_alloc(400, 3).unwrap();
+        let bodies: Vec<Vec<u8>> = (0..m.file.len()).map(|b| m.encode_block(b)).collect();
+        let file = MetaFile::new(BITMAP_ID, 4096, m.file.len());
+        let d = DataMap::decode(file, 4096, 1000, 300, &bodies).unwrap();
+        assert_eq!(d.free_blocks(), 996);
+        assert!(d.is_committed(401));
+    }
+
+    #[test]
+    fn fills_up_and_wraps() {
+        let mut m = DataMap::new(4096, 64, 32);
+        let mut got = 0;
+        while let Some((_, n)) = m.reserve(40, 7) {
+            got += n;
+        }
+        assert_eq!(got, 63);
+        assert!(m.reserve(0, 1).is_none());
+    }
+}
