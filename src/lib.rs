@@ -12,5 +12,6 @@ pub mod format;
 pub mod fs;
 pub mod log;
 pub mod meta;
+pub mod mkfs;
 
 pub use error::{FsError, Result};

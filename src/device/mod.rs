@@ -5,9 +5,17 @@
 
 use std::io;
 
+pub mod file;
+#[cfg(test)]
+mod loop_for_tests;
 pub mod memory;
+pub mod probe;
+pub mod recording;
 
+pub use file::{DeviceKind, FileDevice, OpenMode};
 pub use memory::MemDevice;
+pub use probe::{is_mounted, probe_existing};
+pub use recording::{RecordedWrite, RecordingDevice, WriteSubset};
 
 pub trait BlockDevice: Send + Sync {
     /// Size of the device in bytes.
