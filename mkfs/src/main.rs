@@ -11,6 +11,7 @@ use dualfs::mkfs::{MkfsParams, MkfsReport};
 use size::{human_size, parse_size};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use target::Target;
 
 /// Longest data device path the metadata superblock can record (FORMAT.md, `sb_data_path`).
@@ -270,9 +271,11 @@ fn write_file_system(
         read_only: false,
         exclusive: true,
     };
-    let meta_device = FileDevice::open(&meta.path, exclusive).map_err(|e| e.to_string())?;
-    let data_device = FileDevice::open(&data.path, exclusive).map_err(|e| e.to_string())?;
-    let report = dualfs::mkfs::mkfs(&meta_device, &data_device, params)
+    let meta_device: Arc<dyn BlockDevice> =
+        Arc::new(FileDevice::open(&meta.path, exclusive).map_err(|e| e.to_string())?);
+    let data_device: Arc<dyn BlockDevice> =
+        Arc::new(FileDevice::open(&data.path, exclusive).map_err(|e| e.to_string())?);
+    let report = dualfs::mkfs::mkfs(meta_device.clone(), data_device.clone(), params)
         .map_err(|e| format!("formatting failed: {e}"))?;
     for device in [&meta_device, &data_device] {
         device.flush().map_err(|e| e.to_string())?;

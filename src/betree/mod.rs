@@ -120,6 +120,9 @@ impl BeTree {
     pub fn dirty_count(&self) -> usize {
         0
     }
+    pub fn freed_count(&self) -> usize {
+        0
+    }
     pub fn cached_bytes(&self) -> u64 {
         0
     }

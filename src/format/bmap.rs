@@ -73,6 +73,33 @@ pub fn child_index(level: u8, index: u64, slot: usize, p: u64) -> u64 {
     index + slot as u64 * span(level - 1, p)
 }
 
+/// What points at indirect block (`level`, `index`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parent {
+    /// `i_indirect[tree]` of the inode.
+    Inode { tree: usize },
+    /// Slot `slot` of indirect block (`level`, `index`).
+    Block { level: u8, index: u64, slot: usize },
+}
+
+/// The parent of indirect block (`level`, `index`).
+pub fn parent(level: u8, index: u64, p: u64) -> Parent {
+    let tree = (0..3)
+        .find(|&t| index < tree_start(t + 1, p))
+        .expect("indirect block beyond the largest file");
+    if level as usize == tree + 1 {
+        return Parent::Inode { tree };
+    }
+    let base = tree_start(tree, p);
+    let pspan = span(level + 1, p);
+    let pindex = base + (index - base) / pspan * pspan;
+    Parent::Block {
+        level: level + 1,
+        index: pindex,
+        slot: ((index - pindex) / span(level, p)) as usize,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +159,20 @@ mod tests {
                         child_index(w[0].level, w[0].index, w[0].slot, p),
                         w[1].index
                     );
+                }
+                for (i, s) in steps.iter().enumerate() {
+                    let want = if i == 0 {
+                        Parent::Inode {
+                            tree: steps.len() - 1,
+                        }
+                    } else {
+                        Parent::Block {
+                            level: steps[i - 1].level,
+                            index: steps[i - 1].index,
+                            slot: steps[i - 1].slot,
+                        }
+                    };
+                    assert_eq!(parent(s.level, s.index, p), want);
                 }
                 let l = steps.last().unwrap();
                 assert_eq!(l.level, 1);

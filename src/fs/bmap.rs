@@ -28,7 +28,13 @@ pub fn lookup(st: &InodeState, n: u64, p: u64) -> Result<u64, Need> {
                 match st.ptrs.get(&(s.level, s.index)) {
                     Some(b) => addr = b.ptrs[s.slot],
                     None if addr == 0 => return Ok(0),
-                    None => return Err(Need { level: s.level, index: s.index, addr }),
+                    None => {
+                        return Err(Need {
+                            level: s.level,
+                            index: s.index,
+                            addr,
+                        })
+                    }
                 }
             }
             Ok(addr)
@@ -50,7 +56,13 @@ pub fn set(st: &mut InodeState, n: u64, data_addr: u64, p: u64) -> Result<u64, N
                 match st.ptrs.get(&(s.level, s.index)) {
                     Some(b) => addr = b.ptrs[s.slot],
                     None if addr == 0 => break,
-                    None => return Err(Need { level: s.level, index: s.index, addr }),
+                    None => {
+                        return Err(Need {
+                            level: s.level,
+                            index: s.index,
+                            addr,
+                        })
+                    }
                 }
             }
             for s in &steps {
@@ -58,14 +70,24 @@ pub fn set(st: &mut InodeState, n: u64, data_addr: u64, p: u64) -> Result<u64, N
                     if data_addr == 0 {
                         return Ok(0); // clearing a hole: nothing to do
                     }
-                    st.ptrs.insert((s.level, s.index), PtrBlock { ptrs: Arc::new(vec![0; p as usize]), addr: 0, dirty: true });
+                    st.ptrs.insert(
+                        (s.level, s.index),
+                        PtrBlock {
+                            ptrs: Arc::new(vec![0; p as usize]),
+                            addr: 0,
+                            dirty: true,
+                        },
+                    );
                     st.d.meta_blocks += 1;
                 }
             }
             let last: Step = *steps.last().unwrap();
             let b = st.ptrs.get_mut(&(last.level, last.index)).unwrap();
             b.dirty = true;
-            Ok(std::mem::replace(&mut Arc::make_mut(&mut b.ptrs)[last.slot], data_addr))
+            Ok(std::mem::replace(
+                &mut Arc::make_mut(&mut b.ptrs)[last.slot],
+                data_addr,
+            ))
         }
     }
 }
@@ -81,12 +103,28 @@ pub fn missing_blocks(st: &InodeState, from_block: u64, p: u64) -> Vec<Need> {
         if end <= from_block {
             continue;
         }
-        walk_missing(st, level, start, st.d.indirect[tree], from_block, p, &mut out);
+        walk_missing(
+            st,
+            level,
+            start,
+            st.d.indirect[tree],
+            from_block,
+            p,
+            &mut out,
+        );
     }
     out
 }
 
-fn walk_missing(st: &InodeState, level: u8, index: u64, addr: u64, from: u64, p: u64, out: &mut Vec<Need>) {
+fn walk_missing(
+    st: &InodeState,
+    level: u8,
+    index: u64,
+    addr: u64,
+    from: u64,
+    p: u64,
+    out: &mut Vec<Need>,
+) {
     match st.ptrs.get(&(level, index)) {
         None if addr != 0 => out.push(Need { level, index, addr }),
         None => {}
@@ -130,7 +168,9 @@ impl Freed {
 /// range. All indirect blocks involved must be cached (see `missing_blocks`).
 pub fn free_from(st: &mut InodeState, from: u64, p: u64) -> Freed {
     let mut freed = Freed::default();
-    for k in (from.min(crate::format::inode::NDIRECT as u64) as usize)..crate::format::inode::NDIRECT {
+    for k in
+        (from.min(crate::format::inode::NDIRECT as u64) as usize)..crate::format::inode::NDIRECT
+    {
         freed.data_block(std::mem::take(&mut st.d.direct[k]));
     }
     for tree in 0..3 {
@@ -150,7 +190,14 @@ pub fn free_from(st: &mut InodeState, from: u64, p: u64) -> Freed {
 
 /// Free the part `>= from` of indirect block (level, index). Returns true when the whole
 /// block went away (its parent pointer must be cleared).
-fn free_subtree(st: &mut InodeState, level: u8, index: u64, from: u64, p: u64, freed: &mut Freed) -> bool {
+fn free_subtree(
+    st: &mut InodeState,
+    level: u8,
+    index: u64,
+    from: u64,
+    p: u64,
+    freed: &mut Freed,
+) -> bool {
     let Some(block) = st.ptrs.get(&(level, index)) else {
         return false; // a hole (callers loaded every existing block)
     };
@@ -198,7 +245,14 @@ mod tests {
 
     #[test]
     fn set_lookup_free() {
-        let e = InodeEntry::new(DiskInode { ino: 5, mode: libc::S_IFREG, ..Default::default() }, true);
+        let e = InodeEntry::new(
+            DiskInode {
+                ino: 5,
+                mode: libc::S_IFREG,
+                ..Default::default()
+            },
+            true,
+        );
         let mut st = e.state.write();
         let p = 8;
         for n in [0u64, 11, 12, 19, 20, 12 + 8 + 64 + 3, 12 + 8 + 64 + 512 - 1] {

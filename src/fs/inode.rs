@@ -39,7 +39,7 @@ pub struct InodeState {
 
 pub struct InodeEntry {
     pub ino: u64,
-    pub op: Mutex<()>,
+    pub op: Arc<Mutex<()>>,
     pub state: RwLock<InodeState>,
 }
 
@@ -47,7 +47,7 @@ impl InodeEntry {
     pub fn new(d: DiskInode, dirty: bool) -> Arc<InodeEntry> {
         Arc::new(InodeEntry {
             ino: d.ino,
-            op: Mutex::new(()),
+            op: Arc::new(Mutex::new(())),
             state: RwLock::new(InodeState {
                 d,
                 dirty,
@@ -62,11 +62,17 @@ impl InodeEntry {
 }
 
 pub fn to_disk_time(t: Timespec) -> DiskTime {
-    DiskTime { sec: t.sec, nsec: t.nsec }
+    DiskTime {
+        sec: t.sec,
+        nsec: t.nsec,
+    }
 }
 
 pub fn from_disk_time(t: DiskTime) -> Timespec {
-    Timespec { sec: t.sec, nsec: t.nsec }
+    Timespec {
+        sec: t.sec,
+        nsec: t.nsec,
+    }
 }
 
 const SHARDS: usize = 64;
@@ -80,7 +86,10 @@ pub struct InodeCache {
 
 impl Default for InodeCache {
     fn default() -> Self {
-        InodeCache { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), evictions: AtomicU64::new(0) }
+        InodeCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            evictions: AtomicU64::new(0),
+        }
     }
 }
 
@@ -153,7 +162,12 @@ impl InodeCache {
                 .iter()
                 .filter(|(_, e)| {
                     Arc::strong_count(e) == 1
-                        && e.state.try_read().is_some_and(|st| !st.dirty && st.opens == 0 && st.window.is_none() && !st.ptrs.values().any(|p| p.dirty))
+                        && e.state.try_read().is_some_and(|st| {
+                            !st.dirty
+                                && st.opens == 0
+                                && st.window.is_none()
+                                && !st.ptrs.values().any(|p| p.dirty)
+                        })
                 })
                 .map(|(&i, _)| i)
                 .collect();
@@ -162,7 +176,8 @@ impl InodeCache {
                     break;
                 }
                 if let Some(e) = map.remove(&i) {
-                    have = have.saturating_sub(512 + e.state.read().ptrs.len() as u64 * block_size as u64);
+                    have = have
+                        .saturating_sub(512 + e.state.read().ptrs.len() as u64 * block_size as u64);
                 }
             }
             self.evictions.fetch_add(1, Ordering::AcqRel);
@@ -171,7 +186,10 @@ impl InodeCache {
 
     /// Every cached entry (for unmount-time cleanup).
     pub fn all(&self) -> Vec<Arc<InodeEntry>> {
-        self.shards.iter().flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>()).collect()
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>())
+            .collect()
     }
 }
 
@@ -186,7 +204,11 @@ pub struct InoAllocator {
 
 impl InoAllocator {
     pub fn new(free: impl IntoIterator<Item = u64>, next_new: u64) -> InoAllocator {
-        InoAllocator { free: free.into_iter().collect(), next_new, held: Vec::new() }
+        InoAllocator {
+            free: free.into_iter().collect(),
+            next_new,
+            held: Vec::new(),
+        }
     }
 
     pub fn alloc(&mut self) -> Option<u64> {
@@ -199,6 +221,11 @@ impl InoAllocator {
         }
         self.next_new += 1;
         Some(self.next_new - 1)
+    }
+
+    /// Take a specific number (mkfs: the root).
+    pub fn claim(&mut self, ino: u64) {
+        self.free.remove(&ino);
     }
 
     /// A number freed by an operation (usable after the next `release_held`).

@@ -1,18 +1,41 @@
 //! The file system core: POSIX operations over the log, the data device and the directory tree.
+//!
+//! Concurrency: every operation takes `&self`. Operations change cached objects in memory and
+//! mark them dirty; the log writer (`flush.rs`) turns everything dirty into one transaction.
+//! The `gate` makes that atomic: each mutation holds it shared while it changes memory, the
+//! writer holds it exclusively only while it takes its snapshot. Reads and lookups never take
+//! the gate, and no lock they need is held across device I/O.
 
+mod attr;
+mod bmap;
+mod dir;
+mod file;
+mod flush;
+pub mod inode;
+mod mount;
+mod rename;
 pub mod types;
 
 pub use types::*;
 
+use crate::betree::{BeTree, NodeLoader};
 use crate::device::BlockDevice;
-use crate::Result;
+use crate::format::summary::Record;
+use crate::format::superblock::Superblock;
+use crate::log::LogWriter;
+use crate::meta::Tables;
+use crate::{FsError, Result};
+use inode::{InoAllocator, InodeCache, InodeEntry};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Mount-time settings.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
-    /// Never write to either device; no recovery is written back (it happens in memory).
+    /// Never write to either device; recovery happens in memory only.
     pub read_only: bool,
     /// Budget for cached metadata (inodes, indirect blocks, tree nodes), bytes.
     pub cache_bytes: u64,
@@ -20,6 +43,8 @@ pub struct MountOptions {
     pub flush_interval: Duration,
     /// How often a checkpoint is written (bounds recovery time).
     pub checkpoint_interval: Duration,
+    /// Also checkpoint after this many segments of log.
+    pub checkpoint_segments: u64,
 }
 
 impl Default for MountOptions {
@@ -29,173 +54,183 @@ impl Default for MountOptions {
             cache_bytes: 256 << 20,
             flush_interval: Duration::from_secs(5),
             checkpoint_interval: Duration::from_secs(30),
+            checkpoint_segments: 32,
         }
     }
 }
 
+/// State owned by whoever holds the flush lock.
+struct FlushState {
+    writer: LogWriter,
+    ckpt_serial: u64,
+    segments_since_ckpt: u64,
+    last_ckpt: Instant,
+}
+
+/// An open file or directory.
+#[derive(Clone, Copy, Debug)]
+struct Handle {
+    ino: u64,
+    append: bool,
+}
+
+/// Counters for tests and the status command.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    pub flushes: u64,
+    pub checkpoints: u64,
+    pub log_blocks_written: u64,
+}
+
 /// A mounted DualFS. Every method takes `&self` and may be called from many threads.
 pub struct Fs {
-    _private: (),
+    sb: Arc<Superblock>,
+    meta: Arc<dyn BlockDevice>,
+    data: Arc<dyn BlockDevice>,
+    opts: MountOptions,
+    /// Pointers per indirect block.
+    ppb: u64,
+    tables: Mutex<Tables>,
+    tree: BeTree,
+    inodes: InodeCache,
+    ino_alloc: Mutex<InoAllocator>,
+    gate: RwLock<()>,
+    dirty: Mutex<HashMap<u64, Arc<InodeEntry>>>,
+    /// Records of changes no block shows, in the order they happened.
+    records: Mutex<Vec<Record>>,
+    flusher: Mutex<FlushState>,
+    /// Bumped each time the log writer takes a snapshot.
+    snap_seq: AtomicU64,
+    /// File data was written since the last data-device flush.
+    data_dirty: AtomicBool,
+    /// Set after a failed log write: nothing more may be written.
+    failed: Mutex<Option<String>>,
+    unmounted: AtomicBool,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    rename_lock: Mutex<()>,
+    stats: Mutex<Stats>,
+    stop: (Mutex<bool>, Condvar),
+    background: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-#[allow(unused_variables)]
+/// Reads tree nodes through the node map.
+struct Nodes<'a>(&'a Fs);
+
+impl NodeLoader for Nodes<'_> {
+    fn load_node(&self, id: u64) -> Result<Vec<u8>> {
+        let addr = self.0.tables.lock().nodes.get(id);
+        if addr == 0 {
+            return Err(FsError::corrupt(
+                "directory tree",
+                format!("node {id} has no address"),
+            ));
+        }
+        self.0.read_log_block(addr)
+    }
+}
+
 impl Fs {
-    /// Open a formatted pair of devices: check superblocks and pairing, load the newest
-    /// checkpoint, roll the log forward.
-    pub fn mount(
-        meta: Arc<dyn BlockDevice>,
-        data: Arc<dyn BlockDevice>,
-        opts: MountOptions,
-    ) -> Result<Arc<Fs>> {
-        todo!()
-    }
-    /// Write everything and a clean checkpoint. Later calls fail with EIO.
-    pub fn unmount(&self) -> Result<()> {
-        todo!()
-    }
-    /// Write everything and a checkpoint (sync(2)).
-    pub fn sync(&self) -> Result<()> {
-        todo!()
-    }
     pub fn block_size(&self) -> u32 {
-        todo!()
+        self.sb.block_size
     }
 
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
-        todo!()
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
     }
-    /// The kernel dropped `n` references obtained by lookup/create/readdirplus.
-    pub fn forget(&self, ino: u64, n: u64) {
-        todo!()
+
+    pub fn stats(&self) -> Stats {
+        *self.stats.lock()
     }
-    pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        todo!()
+
+    fn nodes(&self) -> Nodes<'_> {
+        Nodes(self)
     }
-    pub fn setattr(&self, caller: &Caller, ino: u64, set: &SetAttr) -> Result<Attr> {
-        todo!()
+
+    fn read_log_block(&self, addr: u64) -> Result<Vec<u8>> {
+        let seg = self.sb.segment_of(addr);
+        if seg == 0 || seg >= self.sb.segments {
+            return Err(FsError::corrupt(
+                "log address",
+                format!("{addr} outside the log"),
+            ));
+        }
+        crate::log::read_block(&*self.meta, self.sb.block_size, addr)
     }
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
-        todo!()
+
+    /// EROFS on a read-only mount, EIO after a failed write or unmount.
+    fn writable(&self) -> Result<()> {
+        self.alive()?;
+        if self.opts.read_only {
+            return Err(FsError::Errno(libc::EROFS));
+        }
+        Ok(())
     }
-    /// `mode` includes the file type bits; the caller already applied the umask.
-    pub fn mknod(
-        &self,
-        caller: &Caller,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        rdev: u32,
-    ) -> Result<Attr> {
-        todo!()
+
+    fn alive(&self) -> Result<()> {
+        if self.unmounted.load(Ordering::Acquire) {
+            return Err(FsError::Errno(libc::EIO));
+        }
+        if let Some(why) = &*self.failed.lock() {
+            log::debug!("refusing: file system failed earlier: {why}");
+            return Err(FsError::Errno(libc::EIO));
+        }
+        Ok(())
     }
-    pub fn mkdir(&self, caller: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        todo!()
+
+    /// The cached inode `ino`, loading it if needed.
+    fn inode(&self, ino: u64) -> Result<Arc<InodeEntry>> {
+        loop {
+            if let Some(e) = self.inodes.get(ino) {
+                if e.state.read().deleted {
+                    return Err(FsError::Errno(libc::ENOENT));
+                }
+                return Ok(e);
+            }
+            let seen = self.inodes.eviction_count();
+            let loc = self.tables.lock().ifile.entry(ino);
+            let Some(loc) = loc else {
+                return Err(FsError::Errno(libc::ENOENT));
+            };
+            let block = self.read_log_block(loc.addr)?;
+            let d = crate::format::inode::inode_in_block(&block, loc.slot as usize)?;
+            if d.ino != ino || d.generation != loc.generation {
+                return Err(FsError::corrupt(
+                    "inode",
+                    format!(
+                        "inode map names {ino}/{} at {}:{}, found {}/{}",
+                        loc.generation, loc.addr, loc.slot, d.ino, d.generation
+                    ),
+                ));
+            }
+            if let Some(e) = self.inodes.insert_loaded(InodeEntry::new(d, false), seen) {
+                return Ok(e);
+            }
+        }
     }
-    pub fn unlink(&self, caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
-        todo!()
+
+    /// Record that `e` changed (the caller holds its state lock and the gate).
+    fn mark_dirty(&self, e: &Arc<InodeEntry>, st: &mut inode::InodeState) {
+        st.dirty = true;
+        self.dirty.lock().entry(e.ino).or_insert_with(|| e.clone());
     }
-    pub fn rmdir(&self, caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
-        todo!()
-    }
-    pub fn symlink(
-        &self,
-        caller: &Caller,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> Result<Attr> {
-        todo!()
-    }
-    pub fn rename(
-        &self,
-        caller: &Caller,
-        parent: u64,
-        name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
-        flags: RenameFlags,
-    ) -> Result<()> {
-        todo!()
-    }
-    pub fn link(
-        &self,
-        caller: &Caller,
-        ino: u64,
-        new_parent: u64,
-        new_name: &[u8],
-    ) -> Result<Attr> {
-        todo!()
-    }
-    /// Open an existing file; `flags` are the open(2) flags (O_TRUNC, O_APPEND honoured).
-    /// Returns a handle for read/write/release.
-    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> Result<u64> {
-        todo!()
-    }
-    /// Create and open a regular file (`mode` with the umask applied). With O_EXCL an existing
-    /// name is EEXIST; without it an existing file is opened (and truncated with O_TRUNC).
-    pub fn create(
-        &self,
-        caller: &Caller,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        flags: i32,
-    ) -> Result<(Attr, u64)> {
-        todo!()
-    }
-    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        todo!()
-    }
-    /// Returns the number of bytes written (all of `data` unless an error).
-    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        todo!()
-    }
-    /// close(2) of one descriptor: nothing to do for durability.
-    pub fn flush(&self, ino: u64, fh: u64) -> Result<()> {
-        todo!()
-    }
-    pub fn release(&self, ino: u64, fh: u64) -> Result<()> {
-        todo!()
-    }
-    /// Make the file's data (and, unless `datasync`, its metadata) durable; its name too.
-    pub fn fsync(&self, ino: u64, datasync: bool) -> Result<()> {
-        todo!()
-    }
-    pub fn opendir(&self, caller: &Caller, ino: u64) -> Result<u64> {
-        todo!()
-    }
-    pub fn releasedir(&self, ino: u64, fh: u64) -> Result<()> {
-        todo!()
-    }
-    /// List entries after `offset` (0 = from the start; else a cookie returned earlier),
-    /// "." and ".." included. `add` returns false when the caller's buffer is full; the entry
-    /// it refused is returned again by the next call.
-    pub fn readdir(
-        &self,
-        ino: u64,
-        offset: u64,
-        add: &mut dyn FnMut(&DirEntry) -> bool,
-    ) -> Result<()> {
-        todo!()
-    }
-    /// readdir that also returns each entry's attributes and counts a lookup for every entry
-    /// accepted (except "." and "..").
-    pub fn readdirplus(
-        &self,
-        ino: u64,
-        offset: u64,
-        add: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
-    ) -> Result<()> {
-        todo!()
-    }
-    pub fn fsyncdir(&self, ino: u64, datasync: bool) -> Result<()> {
-        todo!()
-    }
-    pub fn statfs(&self) -> Result<StatFs> {
-        todo!()
-    }
-    /// access(2): `mask` is a combination of R_OK, W_OK, X_OK (or F_OK).
-    pub fn access(&self, caller: &Caller, ino: u64, mask: i32) -> Result<()> {
-        todo!()
+
+    fn push_record(&self, r: Record) {
+        self.records.lock().push(r);
     }
 }
+
+/// An `op` lock held by an operation.
+type OpGuard = parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>;
+
+/// Lock the `op` mutexes of several inodes in ascending inode order (the one lock order used
+/// everywhere, so multi-inode operations cannot deadlock).
+fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
+    let mut v: Vec<&Arc<InodeEntry>> = entries.to_vec();
+    v.sort_by_key(|e| e.ino);
+    v.dedup_by_key(|e| e.ino);
+    v.into_iter().map(|e| e.op.lock_arc()).collect()
+}
+
+#[cfg(test)]
+mod tests;

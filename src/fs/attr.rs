@@ -1,0 +1,129 @@
+//! Attributes: getattr, setattr, access, statfs.
+
+use super::inode::to_disk_time;
+use super::types::*;
+use super::Fs;
+use crate::format::inode::inodes_per_block;
+use crate::format::NAME_MAX;
+use crate::{FsError, Result};
+
+/// Supplementary groups of a process, from /proc (empty when unknown).
+fn groups_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Groups:")).map(|l| {
+                l[7..]
+                    .split_whitespace()
+                    .filter_map(|g| g.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+impl Fs {
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.alive()?;
+        let e = self.inode(ino)?;
+        let a = self.attr_of(&e.state.read().d);
+        Ok(a)
+    }
+
+    pub fn setattr(&self, _caller: &Caller, ino: u64, set: &SetAttr) -> Result<Attr> {
+        self.writable()?;
+        let e = self.inode(ino)?;
+        let _op = e.op.lock_arc();
+        if let Some(size) = set.size {
+            match e.state.read().d.mode & libc::S_IFMT {
+                libc::S_IFREG => {}
+                libc::S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
+                _ => return Err(FsError::Errno(libc::EINVAL)),
+            }
+            self.truncate_locked(&e, size)?;
+        }
+        let _g = self.gate.read();
+        let mut st = e.state.write();
+        let now = Timespec::now();
+        if let Some(m) = set.mode {
+            st.d.mode = (st.d.mode & libc::S_IFMT) | (m & 0o7777);
+        }
+        if let Some(u) = set.uid {
+            st.d.uid = u;
+        }
+        if let Some(g) = set.gid {
+            st.d.gid = g;
+        }
+        match set.atime {
+            Some(SetTime::Now) => st.d.atime = to_disk_time(now),
+            Some(SetTime::At(t)) => st.d.atime = to_disk_time(t),
+            None => {}
+        }
+        match set.mtime {
+            Some(SetTime::Now) => st.d.mtime = to_disk_time(now),
+            Some(SetTime::At(t)) => st.d.mtime = to_disk_time(t),
+            None => {}
+        }
+        st.d.ctime = to_disk_time(set.ctime.unwrap_or(now));
+        self.mark_dirty(&e, &mut st);
+        Ok(self.attr_of(&st.d))
+    }
+
+    /// access(2): `mask` is a combination of R_OK, W_OK, X_OK (or F_OK).
+    pub fn access(&self, caller: &Caller, ino: u64, mask: i32) -> Result<()> {
+        self.alive()?;
+        let e = self.inode(ino)?;
+        let (mode, uid, gid) = {
+            let st = e.state.read();
+            (st.d.mode, st.d.uid, st.d.gid)
+        };
+        if mask & libc::W_OK != 0 && self.opts.read_only {
+            return Err(FsError::Errno(libc::EROFS));
+        }
+        if mask == libc::F_OK {
+            return Ok(());
+        }
+        let want = (mask & 7) as u32;
+        if caller.uid == 0 {
+            // Root may do anything but execute a file nobody may execute.
+            let any_x = mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
+            return if want & 1 != 0 && !any_x {
+                Err(FsError::Errno(libc::EACCES))
+            } else {
+                Ok(())
+            };
+        }
+        let bits = if caller.uid == uid {
+            (mode >> 6) & 7
+        } else if caller.gid == gid || groups_of(caller.pid).contains(&gid) {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        if bits & want == want {
+            Ok(())
+        } else {
+            Err(FsError::Errno(libc::EACCES))
+        }
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        self.alive()?;
+        let t = self.tables.lock();
+        let free = t.data.free_blocks();
+        // Inodes are made on demand; how many more fit is bounded by clean log space.
+        let clean = t.ifile.clean_segments();
+        let ffree =
+            clean * self.sb.segment_blocks as u64 * inodes_per_block(self.sb.block_size) as u64 / 2;
+        Ok(StatFs {
+            blocks: self.sb.data_blocks,
+            bfree: free,
+            bavail: free,
+            files: t.ifile.live_inodes + ffree,
+            ffree,
+            bsize: self.sb.block_size,
+            namelen: NAME_MAX as u32,
+            frsize: self.sb.block_size,
+        })
+    }
+}

@@ -1,0 +1,610 @@
+//! Names: lookup, making and removing nodes, hard links, symlinks, readdir.
+//!
+//! Every entry lives in the one B-epsilon tree, keyed by (directory, name). A directory's
+//! `op` lock serializes changes to its entries; the existence check and the change happen
+//! under it, the change itself under the gate so it lands in one transaction.
+
+use super::inode::{from_disk_time, to_disk_time, InodeEntry};
+use super::types::*;
+use super::{lock_ops, Fs};
+use crate::betree::DirValue;
+use crate::format::inode::DiskInode;
+use crate::format::meta::{decode_symlink_block, symlink_bytes_per_block};
+use crate::format::summary::Record;
+use crate::format::{INLINE_SYMLINK_MAX, NAME_MAX, SYMLINK_MAX};
+use crate::{FsError, Result};
+use std::sync::Arc;
+
+/// Most links one inode may have.
+const LINK_MAX: u32 = 65000;
+/// Directory entries fetched from the tree per batch while listing.
+const SCAN_BATCH: usize = 256;
+
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::Errno(libc::ENAMETOOLONG));
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Errno(libc::EINVAL));
+    }
+    Ok(())
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+impl Fs {
+    pub(crate) fn attr_of(&self, d: &DiskInode) -> Attr {
+        let bs = self.sb.block_size;
+        let kind = FileKind::from_mode(d.mode).expect("decoded inodes have a known type");
+        let size = if kind == FileKind::Directory {
+            ((d.size + 2) * 32).div_ceil(bs as u64).max(1) * bs as u64
+        } else {
+            d.size
+        };
+        Attr {
+            ino: d.ino,
+            generation: d.generation,
+            kind,
+            perm: (d.mode & 0o7777) as u16,
+            nlink: d.nlink,
+            uid: d.uid,
+            gid: d.gid,
+            rdev: d.rdev,
+            size,
+            blocks: d.blocks * (bs as u64 / 512),
+            atime: from_disk_time(d.atime),
+            mtime: from_disk_time(d.mtime),
+            ctime: from_disk_time(d.ctime),
+            crtime: from_disk_time(d.crtime),
+            blksize: bs,
+        }
+    }
+
+    /// The directory `ino` (ENOTDIR if it is something else).
+    fn dir(&self, ino: u64) -> Result<Arc<InodeEntry>> {
+        let e = self.inode(ino)?;
+        if e.state.read().d.mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(FsError::Errno(libc::ENOTDIR));
+        }
+        Ok(e)
+    }
+
+    pub(crate) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Result<Option<DirValue>> {
+        self.tree.lookup(&self.nodes(), parent, name)
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        self.alive()?;
+        if name.len() > NAME_MAX {
+            return Err(FsError::Errno(libc::ENAMETOOLONG));
+        }
+        let p = self.dir(parent)?;
+        let ino = match name {
+            b"." => parent,
+            b".." => p.state.read().d.parent,
+            _ => {
+                self.lookup_entry(parent, name)?
+                    .ok_or(FsError::Errno(libc::ENOENT))?
+                    .ino
+            }
+        };
+        let e = self.inode(ino)?;
+        let a = self.attr_of(&e.state.read().d);
+        Ok(a)
+    }
+
+    /// The kernel dropped `n` references obtained by lookup/create/readdirplus. DualFS keeps
+    /// no per-reference state: inodes are freed by link and open counts.
+    pub fn forget(&self, _ino: u64, _n: u64) {}
+
+    /// Make a new inode named `name` in `parent`.
+    fn make_node(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Arc<InodeEntry>> {
+        self.writable()?;
+        check_name(name)?;
+        let kind = FileKind::from_mode(mode).ok_or(FsError::Errno(libc::EINVAL))?;
+        let pe = self.dir(parent)?;
+        let _op = pe.op.lock_arc();
+        let (pgid, pmode, pgroup, pnlink) = {
+            let st = pe.state.read();
+            if st.deleted || st.d.nlink == 0 {
+                return Err(FsError::Errno(libc::ENOENT));
+            }
+            (st.d.gid, st.d.mode, st.d.group, st.d.nlink)
+        };
+        if is_dot(name) || self.lookup_entry(parent, name)?.is_some() {
+            return Err(FsError::Errno(libc::EEXIST));
+        }
+        if kind == FileKind::Directory && pnlink >= LINK_MAX {
+            return Err(FsError::Errno(libc::EMLINK));
+        }
+        let ino = self
+            .ino_alloc
+            .lock()
+            .alloc()
+            .ok_or(FsError::Errno(libc::ENOSPC))?;
+        let (generation, group) = {
+            let t = self.tables.lock();
+            let generation = t
+                .ifile
+                .imap
+                .get(ino as usize)
+                .map(|e| e.generation)
+                .unwrap_or(0)
+                .wrapping_add(1)
+                .max(1);
+            let group = if kind == FileKind::Directory {
+                t.data.pick_dir_group(pgroup as u64) as u32
+            } else {
+                pgroup
+            };
+            (generation, group)
+        };
+        let setgid_dir = pmode & libc::S_ISGID != 0;
+        let mut perm = mode & 0o7777;
+        if kind == FileKind::Directory && setgid_dir {
+            perm |= libc::S_ISGID;
+        }
+        let now = to_disk_time(Timespec::now());
+        let mut d = DiskInode {
+            ino,
+            generation,
+            mode: kind.mode_bits() | perm,
+            uid: caller.uid,
+            gid: if setgid_dir { pgid } else { caller.gid },
+            nlink: if kind == FileKind::Directory { 2 } else { 1 },
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            parent: if kind == FileKind::Directory {
+                parent
+            } else {
+                0
+            },
+            rdev,
+            group,
+            ..Default::default()
+        };
+        let mut long_target = None;
+        if let Some(t) = target {
+            d.size = t.len() as u64;
+            if t.len() <= INLINE_SYMLINK_MAX {
+                d.inline = Some(t.to_vec());
+            } else {
+                d.meta_blocks = t
+                    .len()
+                    .div_ceil(symlink_bytes_per_block(self.sb.block_size))
+                    as u64;
+                long_target = Some(Arc::new(t.to_vec()));
+            }
+        }
+        let _g = self.gate.read();
+        let e = self.new_inode_entry(d);
+        if let Err(err) = self.tree.insert(
+            &self.nodes(),
+            parent,
+            name,
+            DirValue {
+                ino,
+                kind: kind.code(),
+            },
+        ) {
+            let _ = self.tree.remove(&self.nodes(), parent, name);
+            self.inodes.remove(ino);
+            self.ino_alloc.lock().give_back(ino);
+            return Err(err);
+        }
+        {
+            let mut st = e.state.write();
+            st.new_target = long_target;
+            self.mark_dirty(&e, &mut st);
+        }
+        {
+            let mut pst = pe.state.write();
+            pst.d.size += 1;
+            if kind == FileKind::Directory {
+                pst.d.nlink += 1;
+            }
+            pst.d.mtime = now;
+            pst.d.ctime = now;
+            self.mark_dirty(&pe, &mut pst);
+        }
+        if kind == FileKind::Directory {
+            self.push_record(Record::GroupDirs {
+                group: group as u64,
+                delta: 1,
+            });
+        }
+        Ok(e)
+    }
+
+    fn entry_attr(&self, e: &InodeEntry) -> Attr {
+        self.attr_of(&e.state.read().d)
+    }
+
+    /// `mode` includes the file type bits; the caller already applied the umask.
+    pub fn mknod(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        if mode & libc::S_IFMT == libc::S_IFDIR || mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(FsError::Errno(libc::EINVAL));
+        }
+        let mode = if mode & libc::S_IFMT == 0 {
+            mode | libc::S_IFREG
+        } else {
+            mode
+        };
+        let e = self.make_node(caller, parent, name, mode, rdev, None)?;
+        Ok(self.entry_attr(&e))
+    }
+
+    pub fn mkdir(&self, caller: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        let e = self.make_node(
+            caller,
+            parent,
+            name,
+            libc::S_IFDIR | (mode & 0o7777),
+            0,
+            None,
+        )?;
+        Ok(self.entry_attr(&e))
+    }
+
+    pub fn symlink(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(FsError::Errno(libc::ENAMETOOLONG));
+        }
+        let e = self.make_node(caller, parent, name, libc::S_IFLNK | 0o777, 0, Some(target))?;
+        Ok(self.entry_attr(&e))
+    }
+
+    /// Create and open a regular file (`mode` with the umask applied). With O_EXCL an existing
+    /// name is EEXIST; without it an existing file is opened (and truncated with O_TRUNC).
+    pub fn create(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Attr, u64)> {
+        match self.make_node(
+            caller,
+            parent,
+            name,
+            libc::S_IFREG | (mode & 0o7777),
+            0,
+            None,
+        ) {
+            Ok(e) => {
+                e.state.write().opens += 1;
+                let fh = self.new_handle(e.ino, flags);
+                Ok((self.entry_attr(&e), fh))
+            }
+            Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
+                let v = self
+                    .lookup_entry(parent, name)?
+                    .ok_or(FsError::Errno(libc::ENOENT))?;
+                let fh = self.open(caller, v.ino, flags)?;
+                let e = self.inode(v.ino)?;
+                Ok((self.entry_attr(&e), fh))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        self.alive()?;
+        let e = self.inode(ino)?;
+        let (size, addrs) = {
+            let st = e.state.read();
+            if !st.d.is_symlink() {
+                return Err(FsError::Errno(libc::EINVAL));
+            }
+            if let Some(t) = &st.d.inline {
+                return Ok(t.clone());
+            }
+            if let Some(t) = &st.new_target {
+                return Ok(t.to_vec());
+            }
+            (st.d.size as usize, st.d.direct)
+        };
+        let per = symlink_bytes_per_block(self.sb.block_size);
+        let mut out = Vec::with_capacity(size);
+        for (k, &a) in addrs.iter().enumerate().take(size.div_ceil(per)) {
+            let raw = self.read_meta_block(a)?;
+            let body = decode_symlink_block(&raw, ino, k as u64)?;
+            out.extend_from_slice(&body[..(size - out.len()).min(per)]);
+        }
+        Ok(out)
+    }
+
+    pub fn link(
+        &self,
+        _caller: &Caller,
+        ino: u64,
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<Attr> {
+        self.writable()?;
+        check_name(new_name)?;
+        let ce = self.inode(ino)?;
+        if ce.state.read().d.mode & libc::S_IFMT == libc::S_IFDIR {
+            return Err(FsError::Errno(libc::EPERM));
+        }
+        let pe = self.dir(new_parent)?;
+        let _ops = lock_ops(&[&pe, &ce]);
+        if pe.state.read().d.nlink == 0 {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        if is_dot(new_name) || self.lookup_entry(new_parent, new_name)?.is_some() {
+            return Err(FsError::Errno(libc::EEXIST));
+        }
+        {
+            let st = ce.state.read();
+            if st.deleted || st.d.nlink == 0 {
+                return Err(FsError::Errno(libc::ENOENT));
+            }
+            if st.d.nlink >= LINK_MAX {
+                return Err(FsError::Errno(libc::EMLINK));
+            }
+        }
+        let kind = FileKind::from_mode(ce.state.read().d.mode).unwrap();
+        let _g = self.gate.read();
+        self.tree.insert(
+            &self.nodes(),
+            new_parent,
+            new_name,
+            DirValue {
+                ino,
+                kind: kind.code(),
+            },
+        )?;
+        let now = to_disk_time(Timespec::now());
+        let attr = {
+            let mut st = ce.state.write();
+            st.d.nlink += 1;
+            st.d.ctime = now;
+            self.mark_dirty(&ce, &mut st);
+            self.attr_of(&st.d)
+        };
+        let mut pst = pe.state.write();
+        pst.d.size += 1;
+        pst.d.mtime = now;
+        pst.d.ctime = now;
+        self.mark_dirty(&pe, &mut pst);
+        Ok(attr)
+    }
+
+    /// Look `name` up in `parent` and lock both (ascending inode order), re-checking the entry
+    /// once locked. Returns the child and the guards.
+    fn lock_child(
+        &self,
+        pe: &Arc<InodeEntry>,
+        name: &[u8],
+    ) -> Result<(Arc<InodeEntry>, DirValue, Vec<super::OpGuard>)> {
+        loop {
+            let v = self
+                .lookup_entry(pe.ino, name)?
+                .ok_or(FsError::Errno(libc::ENOENT))?;
+            let ce = self.inode(v.ino)?;
+            let guards = lock_ops(&[pe, &ce]);
+            if self.lookup_entry(pe.ino, name)? == Some(v) {
+                return Ok((ce, v, guards));
+            }
+        }
+    }
+
+    pub fn unlink(&self, _caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
+        self.writable()?;
+        check_name(name)?;
+        let pe = self.dir(parent)?;
+        if is_dot(name) {
+            return Err(FsError::Errno(libc::EISDIR));
+        }
+        let (ce, v, _ops) = self.lock_child(&pe, name)?;
+        if v.kind == FileKind::Directory.code() {
+            return Err(FsError::Errno(libc::EISDIR));
+        }
+        let last = {
+            let st = ce.state.read();
+            st.d.nlink <= 1 && st.opens == 0
+        };
+        if last {
+            self.preload_all(&ce, 0)?;
+        }
+        let _g = self.gate.read();
+        self.tree.remove(&self.nodes(), parent, name)?;
+        let now = to_disk_time(Timespec::now());
+        {
+            let mut pst = pe.state.write();
+            pst.d.size = pst.d.size.saturating_sub(1);
+            pst.d.mtime = now;
+            pst.d.ctime = now;
+            self.mark_dirty(&pe, &mut pst);
+        }
+        self.drop_link(&ce, now);
+        Ok(())
+    }
+
+    /// One name of `ce` went away: count it, and free the inode when nothing uses it.
+    /// (The caller holds `ce`'s op lock and the gate, with indirect blocks preloaded if last.)
+    pub(crate) fn drop_link(&self, ce: &Arc<InodeEntry>, now: crate::format::inode::DiskTime) {
+        let mut st = ce.state.write();
+        let is_dir = st.d.mode & libc::S_IFMT == libc::S_IFDIR;
+        st.d.nlink = if is_dir {
+            0
+        } else {
+            st.d.nlink.saturating_sub(1)
+        };
+        st.d.ctime = now;
+        if st.d.nlink == 0 && st.opens == 0 {
+            self.destroy(ce, &mut st);
+        } else {
+            self.mark_dirty(ce, &mut st);
+        }
+    }
+
+    pub fn rmdir(&self, _caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
+        self.writable()?;
+        check_name(name)?;
+        match name {
+            b"." => return Err(FsError::Errno(libc::EINVAL)),
+            b".." => return Err(FsError::Errno(libc::ENOTEMPTY)),
+            _ => {}
+        }
+        let pe = self.dir(parent)?;
+        let (ce, v, _ops) = self.lock_child(&pe, name)?;
+        if v.kind != FileKind::Directory.code() {
+            return Err(FsError::Errno(libc::ENOTDIR));
+        }
+        if ce.state.read().d.size > 0 {
+            return Err(FsError::Errno(libc::ENOTEMPTY));
+        }
+        let _g = self.gate.read();
+        self.tree.remove(&self.nodes(), parent, name)?;
+        let now = to_disk_time(Timespec::now());
+        {
+            let mut pst = pe.state.write();
+            pst.d.size = pst.d.size.saturating_sub(1);
+            pst.d.nlink = pst.d.nlink.saturating_sub(1);
+            pst.d.mtime = now;
+            pst.d.ctime = now;
+            self.mark_dirty(&pe, &mut pst);
+        }
+        self.drop_link(&ce, now);
+        Ok(())
+    }
+
+    pub fn opendir(&self, _caller: &Caller, ino: u64) -> Result<u64> {
+        self.alive()?;
+        self.dir(ino)?;
+        Ok(self.new_handle(ino, 0))
+    }
+
+    pub fn releasedir(&self, _ino: u64, fh: u64) -> Result<()> {
+        self.handles.lock().remove(&fh);
+        Ok(())
+    }
+
+    /// List entries after `offset` (0 = from the start; else a cookie returned earlier),
+    /// "." and ".." included. `add` returns false when the caller's buffer is full; the entry
+    /// it refused is returned again by the next call.
+    ///
+    /// Cookies: 1 for ".", 2 for "..", and `3 + hash` for an entry, so a listing resumes at
+    /// the next hash even when entries were added or removed meanwhile. Entries whose names
+    /// share a hash all carry the cookie of the group's start except the last.
+    pub fn readdir(
+        &self,
+        ino: u64,
+        offset: u64,
+        add: &mut dyn FnMut(&DirEntry) -> bool,
+    ) -> Result<()> {
+        self.alive()?;
+        let e = self.dir(ino)?;
+        let parent = e.state.read().d.parent;
+        let mut emit = |ent: DirEntry| add(&ent);
+        if offset == 0
+            && !emit(DirEntry {
+                ino,
+                kind: FileKind::Directory,
+                name: b".".to_vec(),
+                cookie: 1,
+            })
+        {
+            return Ok(());
+        }
+        if offset <= 1
+            && !emit(DirEntry {
+                ino: parent,
+                kind: FileKind::Directory,
+                name: b"..".to_vec(),
+                cookie: 2,
+            })
+        {
+            return Ok(());
+        }
+        let mut start = if offset <= 2 { 0 } else { offset - 3 + 1 };
+        let mut group_cookie = offset.max(2);
+        loop {
+            let items = self.tree.scan(&self.nodes(), ino, start, SCAN_BATCH)?;
+            if items.is_empty() {
+                return Ok(());
+            }
+            for (i, it) in items.iter().enumerate() {
+                let last_of_hash = items.get(i + 1).is_none_or(|n| n.hash != it.hash);
+                let cookie = if last_of_hash {
+                    3 + it.hash
+                } else {
+                    group_cookie
+                };
+                let kind = FileKind::from_code(it.value.kind).ok_or_else(|| {
+                    FsError::corrupt("directory entry", format!("type {}", it.value.kind))
+                })?;
+                if !emit(DirEntry {
+                    ino: it.value.ino,
+                    kind,
+                    name: it.name.clone(),
+                    cookie,
+                }) {
+                    return Ok(());
+                }
+                if last_of_hash {
+                    group_cookie = cookie;
+                }
+            }
+            start = items.last().unwrap().hash + 1;
+        }
+    }
+
+    /// readdir that also returns each entry's attributes.
+    pub fn readdirplus(
+        &self,
+        ino: u64,
+        offset: u64,
+        add: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
+    ) -> Result<()> {
+        let mut err = None;
+        self.readdir(ino, offset, &mut |ent| match self.inode(ent.ino) {
+            Ok(e) => add(ent, &self.attr_of(&e.state.read().d)),
+            Err(x) => {
+                err = Some(x);
+                false
+            }
+        })?;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    pub fn fsyncdir(&self, ino: u64, _datasync: bool) -> Result<()> {
+        self.alive()?;
+        self.dir(ino)?;
+        self.sync_log()
+    }
+}

@@ -1,0 +1,498 @@
+//! File contents: open/release, read, write, truncate, fsync.
+//!
+//! Data goes straight to the data device (the kernel's page cache is the write cache); new
+//! blocks are reserved in per-file windows so sequential writes come out contiguous, written,
+//! and only then linked into the block map, so a log write never makes metadata point at data
+//! that is not on the device yet (the data device is flushed before the log).
+
+use super::bmap::{self, Need};
+use super::inode::{InodeEntry, InodeState, PtrBlock};
+use super::types::*;
+use super::{Fs, Handle};
+use crate::format::bmap::{max_blocks, parent, Parent};
+use crate::format::meta::decode_pointer_block;
+use crate::format::summary::Record;
+use crate::format::{BlockHeader, BlockKind};
+use crate::{FsError, Result};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Largest reservation window, in blocks (it grows with the file up to this).
+const MAX_WINDOW: u64 = 1024;
+
+impl Fs {
+    fn handle(&self, fh: u64) -> Result<Handle> {
+        self.handles
+            .lock()
+            .get(&fh)
+            .copied()
+            .ok_or(FsError::Errno(libc::EBADF))
+    }
+
+    pub(crate) fn new_handle(&self, ino: u64, flags: i32) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::AcqRel);
+        self.handles.lock().insert(
+            fh,
+            Handle {
+                ino,
+                append: flags & libc::O_APPEND != 0,
+            },
+        );
+        fh
+    }
+
+    /// Open an existing file; `flags` are the open(2) flags (O_TRUNC, O_APPEND honoured).
+    pub fn open(&self, _caller: &Caller, ino: u64, flags: i32) -> Result<u64> {
+        self.alive()?;
+        let e = self.inode(ino)?;
+        let kind = FileKind::from_mode(e.state.read().d.mode);
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if kind == Some(FileKind::Directory) && writing {
+            return Err(FsError::Errno(libc::EISDIR));
+        }
+        if writing {
+            self.writable()?;
+        }
+        if flags & libc::O_TRUNC != 0 && kind == Some(FileKind::Regular) {
+            let _op = e.op.lock_arc();
+            self.truncate_locked(&e, 0)?;
+        }
+        e.state.write().opens += 1;
+        Ok(self.new_handle(ino, flags))
+    }
+
+    pub fn release(&self, ino: u64, fh: u64) -> Result<()> {
+        if self.handles.lock().remove(&fh).is_none() {
+            return Err(FsError::Errno(libc::EBADF));
+        }
+        let Some(e) = self.inodes.get(ino) else {
+            return Ok(());
+        };
+        let _op = e.op.lock_arc();
+        let (last, orphan) = {
+            let mut st = e.state.write();
+            st.opens = st.opens.saturating_sub(1);
+            if st.opens == 0 {
+                if let Some((next, end)) = st.window.take() {
+                    self.tables.lock().data.unreserve(next, end - next);
+                }
+            }
+            (st.opens == 0, st.d.nlink == 0 && !st.deleted)
+        };
+        if last && orphan && !self.opts.read_only && self.alive().is_ok() {
+            // The last link went while the file was open: it goes now.
+            self.preload_all(&e, 0)?;
+            let _g = self.gate.read();
+            let mut st = e.state.write();
+            if st.opens == 0 && st.d.nlink == 0 && !st.deleted {
+                self.destroy(&e, &mut st);
+            }
+        }
+        Ok(())
+    }
+
+    /// The pointer leading to indirect block (`level`, `index`), as cached now.
+    fn parent_pointer(&self, st: &InodeState, level: u8, index: u64) -> Option<u64> {
+        match parent(level, index, self.ppb) {
+            Parent::Inode { tree } => Some(st.d.indirect[tree]),
+            Parent::Block { level, index, slot } => {
+                st.ptrs.get(&(level, index)).map(|b| b.ptrs[slot])
+            }
+        }
+    }
+
+    /// Read indirect block `need` and cache it, unless it changed meanwhile.
+    fn load_ptr(&self, e: &InodeEntry, need: Need) -> Result<()> {
+        let raw = self.read_meta_block(need.addr)?;
+        let ptrs = decode_pointer_block(
+            &raw,
+            BlockHeader::new(BlockKind::Indirect, need.level, e.ino, need.index),
+        )?;
+        let mut st = e.state.write();
+        if !st.ptrs.contains_key(&(need.level, need.index))
+            && self.parent_pointer(&st, need.level, need.index) == Some(need.addr)
+        {
+            st.ptrs.insert(
+                (need.level, need.index),
+                PtrBlock {
+                    ptrs: Arc::new(ptrs),
+                    addr: need.addr,
+                    dirty: false,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Data address of file block `n` (0 = hole), loading indirect blocks as needed.
+    fn resolve(&self, e: &InodeEntry, n: u64) -> Result<u64> {
+        loop {
+            let r = bmap::lookup(&e.state.read(), n, self.ppb);
+            match r {
+                Ok(a) => return Ok(a),
+                Err(need) => self.load_ptr(e, need)?,
+            }
+        }
+    }
+
+    /// Cache every indirect block that maps file blocks `>= from` (before freeing them).
+    pub(crate) fn preload_all(&self, e: &InodeEntry, from: u64) -> Result<()> {
+        loop {
+            let missing = bmap::missing_blocks(&e.state.read(), from, self.ppb);
+            if missing.is_empty() {
+                return Ok(());
+            }
+            for need in missing {
+                self.load_ptr(e, need)?;
+            }
+        }
+    }
+
+    /// Free everything an inode owns and the inode itself (the caller holds its op lock, the
+    /// gate, and has preloaded its indirect blocks). The entry stays as a tombstone until the
+    /// log writer has taken the free.
+    pub(crate) fn destroy(&self, e: &Arc<InodeEntry>, st: &mut InodeState) {
+        let freed = bmap::free_from(st, 0, self.ppb);
+        let mut recs = self.records.lock();
+        for (start, count) in freed.data {
+            recs.push(Record::DFree { start, count });
+        }
+        let mut dead = freed.log;
+        if st.d.is_symlink() && st.d.inline.is_none() {
+            dead.extend(st.d.direct.iter().copied().filter(|&a| a != 0));
+        }
+        for a in dead {
+            recs.push(Record::Dead { addr: a, count: 1 });
+        }
+        if st.d.mode & libc::S_IFMT == libc::S_IFDIR {
+            recs.push(Record::GroupDirs {
+                group: st.d.group as u64,
+                delta: -1,
+            });
+        }
+        recs.push(Record::IFree { ino: e.ino });
+        drop(recs);
+        if let Some((next, end)) = st.window.take() {
+            self.tables.lock().data.unreserve(next, end - next);
+        }
+        st.deleted = true;
+        st.new_target = None;
+        self.mark_dirty(e, st);
+        self.ino_alloc.lock().hold(e.ino);
+    }
+
+    /// Free an inode found with no links at mount (open-unlinked before a crash).
+    pub(crate) fn free_orphan(&self, ino: u64) -> Result<()> {
+        let e = self.inode(ino)?;
+        let _op = e.op.lock_arc();
+        self.preload_all(&e, 0)?;
+        let _g = self.gate.read();
+        let mut st = e.state.write();
+        if st.d.nlink == 0 && !st.deleted {
+            log::info!("freeing orphan inode {ino}");
+            self.destroy(&e, &mut st);
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, ino: u64, _fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        self.alive()?;
+        let e = self.inode(ino)?;
+        let (fsize, mode) = {
+            let st = e.state.read();
+            (st.d.size, st.d.mode)
+        };
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => {}
+            libc::S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
+            _ => return Err(FsError::Errno(libc::EINVAL)),
+        }
+        if offset >= fsize || size == 0 {
+            return Ok(Vec::new());
+        }
+        let end = fsize.min(offset + size as u64);
+        let bs = self.sb.block_size as u64;
+        let mut buf = vec![0u8; (end - offset) as usize];
+        let (first, last) = (offset / bs, (end - 1) / bs);
+        // Runs of consecutive device blocks become one read.
+        let mut run: Option<(u64, u64, u64)> = None; // (first file block, first device block, count)
+        for n in first..=last + 1 {
+            let a = if n <= last { self.resolve(&e, n)? } else { 0 };
+            match &mut run {
+                Some((_, d, c)) if a != 0 && a == *d + *c => *c += 1,
+                _ => {
+                    if let Some((f, d, c)) = run.take() {
+                        self.read_run(&mut buf, offset, end, f, d, c)?;
+                    }
+                    if a != 0 {
+                        run = Some((n, a, 1));
+                    }
+                }
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Copy device blocks [d, d+c) holding file blocks [f, f+c) into `buf` (file range [offset, end)).
+    fn read_run(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        end: u64,
+        f: u64,
+        d: u64,
+        c: u64,
+    ) -> Result<()> {
+        let bs = self.sb.block_size as u64;
+        let lo = (f * bs).max(offset);
+        let hi = ((f + c) * bs).min(end);
+        let dev_off = d * bs + (lo - f * bs);
+        self.data.read_at(
+            &mut buf[(lo - offset) as usize..(hi - offset) as usize],
+            dev_off,
+        )?;
+        Ok(())
+    }
+
+    /// Take `n` data blocks for `e` from its reservation window, reserving a new window near
+    /// `goal` when it runs out. Returns runs (start, count).
+    fn alloc_data(&self, st: &mut InodeState, n: u64, goal: u64) -> Result<Vec<(u64, u64)>> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut need = n;
+        while need > 0 {
+            if let Some((next, end)) = st.window {
+                let k = need.min(end - next);
+                match out.last_mut() {
+                    Some(r) if r.0 + r.1 == next => r.1 += k,
+                    _ => out.push((next, k)),
+                }
+                st.window = if next + k < end {
+                    Some((next + k, end))
+                } else {
+                    None
+                };
+                need -= k;
+                continue;
+            }
+            let want = need.max((8 + st.d.blocks / 8).min(MAX_WINDOW));
+            let g = out.last().map(|r| r.0 + r.1).unwrap_or(goal);
+            let got = self.tables.lock().data.reserve(g, want);
+            match got {
+                Some((s, len)) => st.window = Some((s, s + len)),
+                None => {
+                    let mut t = self.tables.lock();
+                    for (s, c) in out {
+                        t.data.unreserve(s, c);
+                    }
+                    return Err(FsError::Errno(libc::ENOSPC));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Where a file's next block should go: after its last block, or its home group.
+    fn data_goal(&self, st: &InodeState, block: u64) -> u64 {
+        if let Some((next, _)) = st.window {
+            return next;
+        }
+        let mut n = block;
+        for _ in 0..64 {
+            if n == 0 {
+                break;
+            }
+            n -= 1;
+            if let Ok(a) = bmap::lookup(st, n, self.ppb) {
+                if a != 0 {
+                    return a + (block - n);
+                }
+            }
+        }
+        self.tables.lock().data.group_start(st.d.group as u64)
+    }
+
+    /// Returns the number of bytes written (all of `data` unless an error).
+    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.writable()?;
+        let h = self.handle(fh)?;
+        let e = self.inode(ino)?;
+        let _op = e.op.lock_arc();
+        let (size, mode) = {
+            let st = e.state.read();
+            (st.d.size, st.d.mode)
+        };
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => {}
+            libc::S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
+            _ => return Err(FsError::Errno(libc::EINVAL)),
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let bs = self.sb.block_size as u64;
+        let off = if h.append { size } else { offset };
+        let end = off
+            .checked_add(data.len() as u64)
+            .ok_or(FsError::Errno(libc::EFBIG))?;
+        if end.div_ceil(bs) > max_blocks(self.ppb) {
+            return Err(FsError::Errno(libc::EFBIG));
+        }
+        let (first, last) = (off / bs, (end - 1) / bs);
+        // Bytes between the old end and the write are garbage on the device: zero them.
+        if off > size && size % bs != 0 {
+            let zb = size / bs;
+            let a = self.resolve(&e, zb)?;
+            if a != 0 {
+                let upto = off.min((zb + 1) * bs);
+                self.data
+                    .write_at(&vec![0u8; (upto - size) as usize], a * bs + size % bs)?;
+            }
+        }
+        let mut addrs = Vec::with_capacity((last - first + 1) as usize);
+        for n in first..=last {
+            addrs.push(self.resolve(&e, n)?);
+        }
+        let holes = addrs.iter().filter(|&&a| a == 0).count() as u64;
+        let mut fresh = vec![false; addrs.len()];
+        let mut new_runs = Vec::new();
+        if holes > 0 {
+            let mut st = e.state.write();
+            let first_hole = first + addrs.iter().position(|&a| a == 0).unwrap() as u64;
+            let goal = self.data_goal(&st, first_hole);
+            new_runs = self.alloc_data(&mut st, holes, goal)?;
+            let mut it = new_runs.iter().flat_map(|&(s, c)| s..s + c);
+            for (i, a) in addrs.iter_mut().enumerate() {
+                if *a == 0 {
+                    *a = it.next().unwrap();
+                    fresh[i] = true;
+                }
+            }
+        }
+        if let Err(err) = self.write_blocks(&addrs, &fresh, first, off, data) {
+            let mut t = self.tables.lock();
+            for &(s, c) in &new_runs {
+                t.data.unreserve(s, c);
+            }
+            return Err(err);
+        }
+        self.data_dirty.store(true, Ordering::Release);
+        let _g = self.gate.read();
+        let mut st = e.state.write();
+        for (i, &a) in addrs.iter().enumerate() {
+            if fresh[i] {
+                let old = bmap::set(&mut st, first + i as u64, a, self.ppb)
+                    .expect("indirect blocks were loaded under the op lock");
+                debug_assert_eq!(old, 0);
+            }
+        }
+        st.d.blocks += holes;
+        {
+            let mut recs = self.records.lock();
+            for &(start, count) in &new_runs {
+                recs.push(Record::DAlloc { start, count });
+            }
+        }
+        if end > st.d.size {
+            st.d.size = end;
+        }
+        let now = super::inode::to_disk_time(Timespec::now());
+        st.d.mtime = now;
+        st.d.ctime = now;
+        self.mark_dirty(&e, &mut st);
+        Ok(data.len() as u32)
+    }
+
+    /// Put `data` (file offset `off`) into device blocks `addrs` (file blocks from `first`).
+    /// Fresh blocks are written whole, zero-padded; existing ones only where data goes.
+    fn write_blocks(
+        &self,
+        addrs: &[u64],
+        fresh: &[bool],
+        first: u64,
+        off: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let bs = self.sb.block_size as u64;
+        let end = off + data.len() as u64;
+        let mut i = 0;
+        while i < addrs.len() {
+            // A run of consecutive device blocks; only its ends may be partly covered.
+            let mut j = i + 1;
+            while j < addrs.len() && addrs[j] == addrs[j - 1] + 1 {
+                j += 1;
+            }
+            let (fb0, fb1) = (first + i as u64, first + j as u64); // file blocks [fb0, fb1)
+            let lo = if fresh[i] {
+                fb0 * bs
+            } else {
+                (fb0 * bs).max(off)
+            };
+            let hi = if fresh[j - 1] {
+                fb1 * bs
+            } else {
+                (fb1 * bs).min(end)
+            };
+            let mut buf = vec![0u8; (hi - lo) as usize];
+            let (dlo, dhi) = (off.max(lo), end.min(hi));
+            buf[(dlo - lo) as usize..(dhi - lo) as usize]
+                .copy_from_slice(&data[(dlo - off) as usize..(dhi - off) as usize]);
+            self.data.write_at(&buf, addrs[i] * bs + (lo - fb0 * bs))?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Change a regular file's size (the caller holds its op lock).
+    pub(crate) fn truncate_locked(&self, e: &Arc<InodeEntry>, new_size: u64) -> Result<()> {
+        self.writable()?;
+        let bs = self.sb.block_size as u64;
+        if new_size.div_ceil(bs) > max_blocks(self.ppb) {
+            return Err(FsError::Errno(libc::EFBIG));
+        }
+        let size = e.state.read().d.size;
+        let keep = new_size.div_ceil(bs);
+        if new_size < size {
+            self.preload_all(e, keep)?;
+        } else if new_size > size && size % bs != 0 {
+            let zb = size / bs;
+            let a = self.resolve(e, zb)?;
+            if a != 0 {
+                let upto = new_size.min((zb + 1) * bs);
+                self.data
+                    .write_at(&vec![0u8; (upto - size) as usize], a * bs + size % bs)?;
+                self.data_dirty.store(true, Ordering::Release);
+            }
+        }
+        let _g = self.gate.read();
+        let mut st = e.state.write();
+        if new_size < size {
+            let freed = bmap::free_from(&mut st, keep, self.ppb);
+            let mut recs = self.records.lock();
+            for (start, count) in freed.data {
+                recs.push(Record::DFree { start, count });
+            }
+            for a in freed.log {
+                recs.push(Record::Dead { addr: a, count: 1 });
+            }
+        }
+        st.d.size = new_size;
+        let now = super::inode::to_disk_time(Timespec::now());
+        st.d.mtime = now;
+        st.d.ctime = now;
+        self.mark_dirty(e, &mut st);
+        Ok(())
+    }
+
+    /// close(2) of one descriptor: nothing to do for durability.
+    pub fn flush(&self, _ino: u64, _fh: u64) -> Result<()> {
+        self.alive()
+    }
+
+    /// Make the file's data and metadata durable, and its name (DualFS writes everything
+    /// dirty in one transaction, so both kinds of fsync cost the same).
+    pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
+        self.alive()?;
+        self.inode(ino)?;
+        self.sync_log()
+    }
+}

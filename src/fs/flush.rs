@@ -1,0 +1,388 @@
+//! The log writer's side of the core: turning everything dirty into one transaction, group
+//! commit for fsync, checkpoints, and the background thread that does both periodically.
+
+use super::inode::InodeEntry;
+use super::{FlushState, Fs};
+use crate::format::bmap::{self, Parent};
+use crate::format::inode::{encode_inode_block, inodes_per_block};
+use crate::format::meta::{encode_pointer_block, encode_symlink_block, symlink_bytes_per_block};
+use crate::format::summary::{Descriptor, Record};
+use crate::format::{BlockKind, INODE_SIZE};
+use crate::log::checkpoint::{finish_checkpoint, prepare_checkpoint, CheckpointInfo};
+use crate::log::{now_secs, TxnBlock};
+use crate::meta::{InodeLoc, PlacedBlock};
+use crate::{FsError, Result};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A block of the snapshot, encoded after the gate is released.
+enum Pending {
+    Ptr {
+        desc: Descriptor,
+        ptrs: Arc<Vec<u64>>,
+    },
+    Symlink {
+        ino: u64,
+        index: u64,
+        bytes: Vec<u8>,
+    },
+    Node {
+        id: u64,
+        bytes: Vec<u8>,
+    },
+    Inodes {
+        slots: Vec<[u8; INODE_SIZE]>,
+        locs: Vec<InodeLoc>,
+    },
+}
+
+/// Merge log addresses into runs.
+fn runs(mut addrs: Vec<u64>) -> Vec<(u64, u64)> {
+    addrs.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for a in addrs {
+        match out.last_mut() {
+            Some(r) if r.0 + r.1 == a => r.1 += 1,
+            _ => out.push((a, 1)),
+        }
+    }
+    out
+}
+
+impl Fs {
+    /// Make everything done so far durable. Concurrent callers share one log write: if a
+    /// snapshot was taken after this call began, its completion is enough (group commit).
+    pub(crate) fn sync_log(&self) -> Result<()> {
+        let seen = self.snap_seq.load(Ordering::Acquire);
+        let mut fl = self.flusher.lock();
+        if self.snap_seq.load(Ordering::Acquire) > seen {
+            return self.alive();
+        }
+        self.flush_locked(&mut fl)
+    }
+
+    /// Write every dirty object as one transaction, data first.
+    pub(crate) fn flush_locked(&self, fl: &mut FlushState) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        if let Some(why) = &*self.failed.lock() {
+            return Err(FsError::Io(std::io::Error::other(format!(
+                "file system failed earlier: {why}"
+            ))));
+        }
+        let result = self.write_transaction(fl);
+        if let Err(e) = &result {
+            if !matches!(e, FsError::Errno(libc::ENOSPC)) {
+                log::error!("log write failed, no further writes: {e}");
+                *self.failed.lock() = Some(e.to_string());
+            }
+        }
+        result
+    }
+
+    fn write_transaction(&self, fl: &mut FlushState) -> Result<()> {
+        let bs = self.sb.block_size;
+        let p = self.ppb;
+        // ---- Phase 1: snapshot, in memory, under the gate.
+        let gate = self.gate.write();
+        self.snap_seq.fetch_add(1, Ordering::AcqRel);
+        let mut entries: Vec<Arc<InodeEntry>> = self.dirty.lock().values().cloned().collect();
+        entries.sort_by_key(|e| e.ino);
+        let n_nodes = self.tree.dirty_count();
+        let n_records = self.records.lock().len();
+        if entries.is_empty() && n_nodes == 0 && n_records == 0 {
+            drop(gate);
+            if self.data_dirty.swap(false, Ordering::AcqRel) {
+                self.data.flush()?;
+            }
+            return Ok(());
+        }
+        let (mut n_ptr, mut n_sym, mut n_inodes) = (0usize, 0usize, 0usize);
+        for e in &entries {
+            let mut st = e.state.write();
+            if st.deleted {
+                continue;
+            }
+            // A rewritten indirect block moves, so everything above it must be rewritten too.
+            let dirty: Vec<(u8, u64)> = st
+                .ptrs
+                .iter()
+                .filter(|(_, b)| b.dirty)
+                .map(|(k, _)| *k)
+                .collect();
+            for (mut level, mut index) in dirty {
+                while let Parent::Block {
+                    level: pl,
+                    index: pi,
+                    ..
+                } = bmap::parent(level, index, p)
+                {
+                    st.ptrs
+                        .get_mut(&(pl, pi))
+                        .expect("parent of a cached indirect block is cached")
+                        .dirty = true;
+                    (level, index) = (pl, pi);
+                }
+            }
+            n_ptr += st.ptrs.values().filter(|b| b.dirty).count();
+            if let Some(t) = &st.new_target {
+                n_sym += t.len().div_ceil(symlink_bytes_per_block(bs));
+            }
+            n_inodes += 1;
+        }
+        let per_block = inodes_per_block(bs);
+        let nblocks = n_ptr + n_sym + n_nodes + n_inodes.div_ceil(per_block);
+        let max_records = n_records + n_ptr + self.tree.freed_count();
+        let plan = fl.writer.plan(&self.tables.lock(), nblocks, max_records)?;
+
+        // From here on the snapshot is taken: nothing may fail until it is written.
+        self.dirty.lock().clear();
+        let mut addrs = plan.addrs.iter().copied();
+        let mut pending = Vec::with_capacity(nblocks);
+        let mut dead = Vec::new();
+        let mut tombstones = Vec::new();
+        let mut live = Vec::with_capacity(n_inodes);
+        for e in &entries {
+            let mut st = e.state.write();
+            if st.deleted {
+                tombstones.push(e.ino);
+                continue;
+            }
+            let mut keys: Vec<(u8, u64)> = st
+                .ptrs
+                .iter()
+                .filter(|(_, b)| b.dirty)
+                .map(|(k, _)| *k)
+                .collect();
+            keys.sort_unstable(); // children (lower levels) before parents
+            for (level, index) in keys {
+                let a = addrs.next().expect("plan covers every block");
+                let b = st.ptrs.get_mut(&(level, index)).unwrap();
+                if b.addr != 0 {
+                    dead.push(b.addr);
+                }
+                b.addr = a;
+                b.dirty = false;
+                let ptrs = b.ptrs.clone();
+                pending.push(Pending::Ptr {
+                    desc: Descriptor {
+                        kind: BlockKind::Indirect,
+                        level,
+                        owner: e.ino,
+                        index,
+                    },
+                    ptrs,
+                });
+                match bmap::parent(level, index, p) {
+                    Parent::Inode { tree } => st.d.indirect[tree] = a,
+                    Parent::Block { level, index, slot } => {
+                        let pb = st.ptrs.get_mut(&(level, index)).unwrap();
+                        debug_assert!(pb.dirty, "parent of a rewritten block not queued");
+                        Arc::make_mut(&mut pb.ptrs)[slot] = a;
+                    }
+                }
+            }
+            if let Some(target) = st.new_target.take() {
+                for (k, part) in target.chunks(symlink_bytes_per_block(bs)).enumerate() {
+                    let a = addrs.next().expect("plan covers every block");
+                    st.d.direct[k] = a;
+                    pending.push(Pending::Symlink {
+                        ino: e.ino,
+                        index: k as u64,
+                        bytes: part.to_vec(),
+                    });
+                }
+            }
+            live.push(e.clone());
+        }
+        let taken = self.tree.take_dirty();
+        assert_eq!(taken.nodes.len(), n_nodes, "tree changed under the gate");
+        let node_ids: Vec<u64> = taken.nodes.iter().map(|n| n.0).collect();
+        for (id, bytes) in taken.nodes {
+            addrs.next().expect("plan covers every block");
+            pending.push(Pending::Node { id, bytes });
+        }
+        for chunk in live.chunks(per_block) {
+            let mut slots = Vec::with_capacity(chunk.len());
+            let mut locs = Vec::with_capacity(chunk.len());
+            for (i, e) in chunk.iter().enumerate() {
+                let mut st = e.state.write();
+                st.dirty = false;
+                slots.push(st.d.encode());
+                locs.push(InodeLoc {
+                    ino: e.ino,
+                    generation: st.d.generation,
+                    slot: i as u16 + 1,
+                    orphan: st.d.nlink == 0,
+                });
+            }
+            addrs.next().expect("plan covers every block");
+            pending.push(Pending::Inodes { slots, locs });
+        }
+        assert!(
+            addrs.next().is_none(),
+            "plan has more blocks than the snapshot"
+        );
+        let mut records = std::mem::take(&mut *self.records.lock());
+        records.extend(
+            runs(dead)
+                .into_iter()
+                .map(|(addr, count)| Record::Dead { addr, count }),
+        );
+        records.extend(taken.freed.iter().map(|&node| Record::NFree { node }));
+        assert!(records.len() <= max_records, "more records than planned");
+        self.ino_alloc.lock().release_held();
+        drop(gate);
+
+        // ---- Phase 2: encode and write, data first.
+        let mut blocks = Vec::with_capacity(pending.len());
+        let mut placed = Vec::with_capacity(pending.len());
+        for (pb, &addr) in pending.into_iter().zip(&plan.addrs) {
+            let (desc, bytes, inodes) = match pb {
+                Pending::Ptr { desc, ptrs } => (
+                    desc,
+                    encode_pointer_block(desc.header(), &ptrs, bs),
+                    Vec::new(),
+                ),
+                Pending::Symlink { ino, index, bytes } => (
+                    Descriptor {
+                        kind: BlockKind::Symlink,
+                        level: 0,
+                        owner: ino,
+                        index,
+                    },
+                    encode_symlink_block(ino, index, &bytes, bs),
+                    Vec::new(),
+                ),
+                Pending::Node { id, bytes } => (
+                    Descriptor {
+                        kind: BlockKind::Node,
+                        level: bytes[5],
+                        owner: id,
+                        index: 0,
+                    },
+                    bytes,
+                    Vec::new(),
+                ),
+                Pending::Inodes { slots, locs } => (
+                    Descriptor {
+                        kind: BlockKind::Inodes,
+                        level: 0,
+                        owner: 0,
+                        index: 0,
+                    },
+                    encode_inode_block(bs, &slots),
+                    locs,
+                ),
+            };
+            placed.push(PlacedBlock { addr, desc, inodes });
+            blocks.push(TxnBlock { desc, bytes });
+        }
+        if self.data_dirty.swap(false, Ordering::AcqRel) {
+            self.data.flush()?;
+        }
+        fl.writer.write(&plan, &blocks, &records, 0)?;
+        fl.writer.flush()?;
+
+        // ---- Phase 3: the transaction is durable; the tables follow it.
+        {
+            let mut t = self.tables.lock();
+            t.apply(&placed, &records, now_secs())?;
+            fl.writer.commit(&mut t, &plan);
+        }
+        self.tree.written(&node_ids);
+        for ino in tombstones {
+            self.inodes.remove(ino);
+        }
+        fl.segments_since_ckpt += plan.segments.len() as u64 - 1;
+        let mut s = self.stats.lock();
+        s.flushes += 1;
+        s.log_blocks_written += plan
+            .parts
+            .iter()
+            .map(|p| p.summary_blocks as u64 + p.nblocks as u64)
+            .sum::<u64>();
+        Ok(())
+    }
+
+    /// Write everything and a checkpoint.
+    pub(crate) fn checkpoint(&self, clean: bool) -> Result<()> {
+        let mut fl = self.flusher.lock();
+        self.checkpoint_locked(&mut fl, clean)
+    }
+
+    pub(crate) fn checkpoint_locked(&self, fl: &mut FlushState, clean: bool) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        self.flush_locked(fl)?;
+        let result = (|| {
+            let prepared = {
+                let mut t = self.tables.lock();
+                let info = CheckpointInfo {
+                    serial: fl.ckpt_serial + 1,
+                    next_node_id: self.tree.next_node_id(),
+                    clean,
+                };
+                prepare_checkpoint(&self.sb, &mut fl.writer, &mut t, info)?
+            };
+            finish_checkpoint(&self.sb, &*self.meta, &mut fl.writer, prepared)
+        })();
+        match result {
+            Ok(cp) => {
+                fl.ckpt_serial = cp.serial;
+                fl.segments_since_ckpt = 0;
+                fl.last_ckpt = Instant::now();
+                self.stats.lock().checkpoints += 1;
+                Ok(())
+            }
+            Err(e) => {
+                if !matches!(e, FsError::Errno(libc::ENOSPC)) {
+                    log::error!("checkpoint failed, no further writes: {e}");
+                    *self.failed.lock() = Some(e.to_string());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The background thread: periodic log flushes and checkpoints, cache trimming.
+    pub(crate) fn background(fs: std::sync::Weak<Fs>) {
+        loop {
+            let Some(me) = fs.upgrade() else { return };
+            {
+                let mut stop = me.stop.0.lock();
+                if !*stop {
+                    me.stop.1.wait_for(&mut stop, me.opts.flush_interval);
+                }
+                if *stop {
+                    return;
+                }
+            }
+            let mut fl = me.flusher.lock();
+            let due = fl.last_ckpt.elapsed() >= me.opts.checkpoint_interval
+                || fl.segments_since_ckpt >= me.opts.checkpoint_segments;
+            let r = if due {
+                me.checkpoint_locked(&mut fl, false)
+            } else {
+                me.flush_locked(&mut fl)
+            };
+            drop(fl);
+            if let Err(e) = r {
+                log::warn!("periodic log write: {e}");
+            }
+            me.trim_caches();
+        }
+    }
+
+    /// Keep cached metadata within budget: half for inodes and indirect blocks, half for tree
+    /// nodes (the tree trims itself).
+    pub(crate) fn trim_caches(&self) {
+        let budget = self.opts.cache_bytes / 2;
+        if self.inodes.bytes(self.sb.block_size) > budget {
+            self.inodes.evict(budget * 3 / 4, self.sb.block_size);
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Bringing a file system up (mount, or a fresh one for mkfs) and down (unmount).
+
+use super::inode::{InoAllocator, InodeCache, InodeEntry};
+use super::{FlushState, Fs, MountOptions, Stats};
+use crate::betree::BeTree;
+use crate::device::BlockDevice;
+use crate::format::meta::{pointers_per_block, IMAP_ORPHAN};
+use crate::format::superblock::{Role, Superblock};
+use crate::log::checkpoint::read_newest;
+use crate::log::recovery::{load_tables, roll_forward};
+use crate::log::{read_block, LogHead, LogWriter};
+use crate::meta::Tables;
+use crate::{FsError, Result};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Read and check a device's superblock.
+pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
+    if dev.size() < crate::format::superblock::SB_SIZE as u64 {
+        return Err(FsError::Refused(format!(
+            "{}: too small to hold a DualFS",
+            dev.describe()
+        )));
+    }
+    let mut b = vec![0u8; crate::format::superblock::SB_SIZE];
+    dev.read_at(&mut b, 0)?;
+    Superblock::decode(&b).map_err(|e| match e {
+        FsError::Corrupt { detail, .. } => FsError::Refused(format!(
+            "{}: not a usable DualFS device: {detail}",
+            dev.describe()
+        )),
+        other => other,
+    })
+}
+
+/// Check that `meta` and `data` are the two halves of one DualFS.
+pub fn check_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Superblock> {
+    let sb = read_superblock(meta)?;
+    if sb.role != Role::Meta {
+        return Err(FsError::Refused(format!(
+            "{} is the data device of a DualFS; give the metadata device first",
+            meta.describe()
+        )));
+    }
+    let dsb = read_superblock(data)?;
+    if dsb.role != Role::Data {
+        return Err(FsError::Refused(format!(
+            "{} is a DualFS metadata device, not a data device",
+            data.describe()
+        )));
+    }
+    if !sb.pairs_with(&dsb) {
+        return Err(FsError::Refused(format!(
+            "{} and {} are not a pair: they belong to different file systems",
+            meta.describe(),
+            data.describe()
+        )));
+    }
+    let need_meta = sb.meta_blocks * sb.block_size as u64;
+    let need_data = sb.data_blocks * sb.block_size as u64;
+    if meta.size() < need_meta || data.size() < need_data {
+        return Err(FsError::Refused(format!(
+            "a device is smaller than its file system ({} < {} or {} < {})",
+            meta.size(),
+            need_meta,
+            data.size(),
+            need_data
+        )));
+    }
+    Ok(sb)
+}
+
+impl Fs {
+    fn assemble(
+        sb: Arc<Superblock>,
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        opts: MountOptions,
+        tables: Tables,
+        tree: BeTree,
+        head: LogHead,
+    ) -> Fs {
+        let free: Vec<u64> = tables.ifile.free.iter().copied().collect();
+        let next_new = tables.ifile.imap.len() as u64;
+        let writer = LogWriter::new(sb.clone(), meta.clone(), head);
+        Fs {
+            ppb: pointers_per_block(sb.block_size) as u64,
+            tables: Mutex::new(tables),
+            tree,
+            inodes: InodeCache::default(),
+            ino_alloc: Mutex::new(InoAllocator::new(free, next_new)),
+            gate: RwLock::new(()),
+            dirty: Mutex::new(HashMap::new()),
+            records: Mutex::new(Vec::new()),
+            flusher: Mutex::new(FlushState {
+                writer,
+                ckpt_serial: head.ckpt_serial,
+                segments_since_ckpt: 0,
+                last_ckpt: Instant::now(),
+            }),
+            snap_seq: AtomicU64::new(0),
+            data_dirty: AtomicBool::new(false),
+            failed: Mutex::new(None),
+            unmounted: AtomicBool::new(false),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            rename_lock: Mutex::new(()),
+            stats: Mutex::new(Stats::default()),
+            stop: (Mutex::new(false), Condvar::new()),
+            background: Mutex::new(None),
+            sb,
+            meta,
+            data,
+            opts,
+        }
+    }
+
+    /// Open a formatted pair of devices: check superblocks and pairing, load the newest
+    /// checkpoint, roll the log forward. A read-write mount then writes a checkpoint (so the
+    /// recovered state is durable and the log starts a new epoch) and frees orphans.
+    pub fn mount(
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        opts: MountOptions,
+    ) -> Result<Arc<Fs>> {
+        let sb = Arc::new(check_pair(&*meta, &*data)?);
+        let cp = read_newest(&sb, &*meta)?;
+        let mut tables = load_tables(&sb, &*meta, &cp)?;
+        let (head, report) = roll_forward(&sb, &*meta, &mut tables, &cp)?;
+        if cp.is_clean() && report.transactions == 0 {
+            log::info!(
+                "mounting a cleanly unmounted file system (checkpoint {})",
+                cp.serial
+            );
+        } else {
+            log::info!(
+                "recovery from checkpoint {}: {} transactions ({} partial segments, {} blocks) rolled forward, {} partial segments of an incomplete transaction discarded; stopped: {}",
+                cp.serial,
+                report.transactions,
+                report.partial_segments,
+                report.blocks,
+                report.discarded,
+                report.stop_reason
+            );
+        }
+        let free_nodes = tables.nodes.free_ids(cp.next_node_id);
+        let tree = BeTree::open(
+            sb.block_size,
+            sb.hash_seed,
+            opts.cache_bytes / 2,
+            cp.next_node_id,
+            free_nodes,
+        );
+        let orphans: Vec<u64> = tables
+            .ifile
+            .imap
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.allocated() && e.flags & IMAP_ORPHAN != 0)
+            .map(|(i, _)| i as u64)
+            .collect();
+        let fs = Arc::new(Fs::assemble(sb, meta, data, opts, tables, tree, head));
+        if !fs.opts.read_only {
+            for ino in orphans {
+                fs.free_orphan(ino)?;
+            }
+            fs.checkpoint(false)?;
+            let weak = Arc::downgrade(&fs);
+            let h = std::thread::Builder::new()
+                .name("dualfs-log".into())
+                .spawn(move || Fs::background(weak))?;
+            *fs.background.lock() = Some(h);
+        }
+        Ok(fs)
+    }
+
+    /// A brand-new, empty file system on formatted devices (used by mkfs): the log starts in
+    /// the first clean segment; `populate` adds the root and lost+found; then a clean checkpoint.
+    pub(crate) fn create_fresh(
+        sb: Arc<Superblock>,
+        meta: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+    ) -> Result<Arc<Fs>> {
+        let mut tables = Tables::new(sb.clone());
+        let first =
+            LogWriter::pick_segment(&sb, &tables, 0, &[]).ok_or(FsError::Errno(libc::ENOSPC))?;
+        let next = LogWriter::pick_segment(&sb, &tables, first, &[first])
+            .ok_or(FsError::Errno(libc::ENOSPC))?;
+        for s in [first, next] {
+            tables
+                .ifile
+                .set_seg_flags(s, crate::format::meta::SEG_ACTIVE, 0);
+        }
+        let head = LogHead {
+            addr: sb.segment_start(first),
+            next_segment: next,
+            serial: 1,
+            ckpt_serial: 0,
+        };
+        let tree = BeTree::new_empty(sb.block_size, sb.hash_seed, 16 << 20);
+        let opts = MountOptions {
+            cache_bytes: 32 << 20,
+            ..MountOptions::default()
+        };
+        Ok(Arc::new(Fs::assemble(
+            sb, meta, data, opts, tables, tree, head,
+        )))
+    }
+
+    /// Install the root directory of a fresh file system (mkfs only).
+    pub(crate) fn make_root(&self, d: crate::format::inode::DiskInode) {
+        let _g = self.gate.read();
+        let e = self.new_inode_entry(d);
+        self.ino_alloc.lock().claim(crate::format::ROOT_INO);
+        let mut st = e.state.write();
+        self.mark_dirty(&e, &mut st);
+        self.push_record(crate::format::summary::Record::GroupDirs { group: 0, delta: 1 });
+    }
+
+    /// Write everything and a checkpoint (sync(2)).
+    pub fn sync(&self) -> Result<()> {
+        self.writable()?;
+        self.checkpoint(false)
+    }
+
+    /// Write everything and a clean checkpoint. Later calls fail with EIO.
+    pub fn unmount(&self) -> Result<()> {
+        if self.unmounted.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(h) = self.background.lock().take() {
+            let _ = h.join();
+        }
+        if self.opts.read_only {
+            return Ok(());
+        }
+        // Reserved but unused data blocks go back (in memory only; nothing durable names them).
+        for e in self.inodes.all() {
+            let mut st = e.state.write();
+            if let Some((next, end)) = st.window.take() {
+                self.tables.lock().data.unreserve(next, end - next);
+            }
+        }
+        self.checkpoint(true)?;
+        self.meta.flush()?;
+        self.data.flush()?;
+        log::info!("unmounted cleanly");
+        Ok(())
+    }
+
+    /// Read the newest checkpoint (for status and tests).
+    pub fn checkpoint_serial(&self) -> u64 {
+        self.flusher.lock().ckpt_serial
+    }
+
+    pub(crate) fn read_meta_block(&self, addr: u64) -> Result<Vec<u8>> {
+        read_block(&*self.meta, self.sb.block_size, addr)
+    }
+
+    /// A new cached inode, dirty, numbered by the allocator.
+    pub(crate) fn new_inode_entry(&self, d: crate::format::inode::DiskInode) -> Arc<InodeEntry> {
+        let e = InodeEntry::new(d, true);
+        self.inodes.insert_new(e.clone());
+        e
+    }
+}

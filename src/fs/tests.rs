@@ -1,0 +1,179 @@
+//! Core tests through the plain Rust API (no FUSE): everything persists across unmount.
+
+use super::*;
+use crate::device::MemDevice;
+use crate::mkfs::{mkfs, MkfsParams};
+
+const ROOT: u64 = crate::format::ROOT_INO;
+
+fn devices(meta_mb: u64, data_mb: u64) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+    let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(meta_mb << 20));
+    let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(data_mb << 20));
+    mkfs(
+        meta.clone(),
+        data.clone(),
+        &MkfsParams {
+            segment_blocks: 64,
+            ..MkfsParams::default()
+        },
+    )
+    .unwrap();
+    (meta, data)
+}
+
+fn mount(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Arc<Fs> {
+    Fs::mount(meta.clone(), data.clone(), MountOptions::default()).unwrap()
+}
+
+fn names(fs: &Fs, dir: u64) -> Vec<String> {
+    let mut v = Vec::new();
+    fs.readdir(dir, 0, &mut |e| {
+        v.push(String::from_utf8(e.name.clone()).unwrap());
+        true
+    })
+    .unwrap();
+    v.sort();
+    v
+}
+
+const U: Caller = Caller {
+    uid: 1000,
+    gid: 1000,
+    pid: 0,
+};
+
+#[test]
+fn fresh_file_system_has_root_and_lost_found() {
+    let (m, d) = devices(16, 16);
+    let fs = mount(&m, &d);
+    assert_eq!(names(&fs, ROOT), vec![".", "..", "lost+found"]);
+    let a = fs.getattr(ROOT).unwrap();
+    assert_eq!(a.kind, FileKind::Directory);
+    assert_eq!(a.nlink, 3);
+    let lf = fs.lookup(ROOT, b"lost+found").unwrap();
+    assert_eq!(lf.ino, 2);
+    assert_eq!(lf.perm, 0o700);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn files_persist_across_remount() {
+    let (m, d) = devices(32, 64);
+    let fs = mount(&m, &d);
+    let dir = fs.mkdir(&U, ROOT, b"dir", 0o755).unwrap();
+    let (f, fh) = fs
+        .create(&U, dir.ino, b"file", 0o644, libc::O_WRONLY)
+        .unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    assert_eq!(fs.write(f.ino, fh, 0, &data).unwrap(), data.len() as u32);
+    fs.release(f.ino, fh).unwrap();
+    fs.symlink(&U, dir.ino, b"short", b"file").unwrap();
+    let long = vec![b'x'; 4095];
+    fs.symlink(&U, dir.ino, b"long", &long).unwrap();
+    fs.link(&U, f.ino, ROOT, b"hard").unwrap();
+    fs.unmount().unwrap();
+
+    let fs = mount(&m, &d);
+    let dir2 = fs.lookup(ROOT, b"dir").unwrap();
+    assert_eq!(dir2.ino, dir.ino);
+    assert_eq!(dir2.uid, 1000);
+    let f2 = fs.lookup(dir.ino, b"file").unwrap();
+    assert_eq!(f2.size, data.len() as u64);
+    assert_eq!(f2.nlink, 2);
+    let fh = fs.open(&U, f2.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(
+        fs.read(f2.ino, fh, 0, data.len() as u32 + 10).unwrap(),
+        data
+    );
+    assert_eq!(fs.read(f2.ino, fh, 4000, 200).unwrap(), &data[4000..4200]);
+    fs.release(f2.ino, fh).unwrap();
+    let s = fs.lookup(dir.ino, b"short").unwrap();
+    assert_eq!(fs.readlink(s.ino).unwrap(), b"file");
+    let l = fs.lookup(dir.ino, b"long").unwrap();
+    assert_eq!(fs.readlink(l.ino).unwrap(), long);
+    assert_eq!(
+        names(&fs, dir.ino),
+        vec![".", "..", "file", "long", "short"]
+    );
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn unlink_frees_space_and_sparse_files_hold_no_blocks() {
+    let (m, d) = devices(32, 64);
+    let fs = mount(&m, &d);
+    let free0 = fs.statfs().unwrap().bfree;
+    let (f, fh) = fs.create(&U, ROOT, b"big", 0o644, libc::O_WRONLY).unwrap();
+    let chunk = vec![0xabu8; 1 << 20];
+    for i in 0..8 {
+        fs.write(f.ino, fh, i << 20, &chunk).unwrap();
+    }
+    assert_eq!(fs.statfs().unwrap().bfree, free0 - 2048);
+    // A hole of 10 GiB costs nothing.
+    fs.write(f.ino, fh, 10 << 30, b"end").unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().size, (10 << 30) + 3);
+    assert_eq!(fs.read(f.ino, fh, 5 << 30, 4096).unwrap(), vec![0u8; 4096]);
+    fs.release(f.ino, fh).unwrap();
+    fs.sync().unwrap();
+    fs.unlink(&U, ROOT, b"big").unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().unwrap().bfree, free0);
+    assert_eq!(fs.lookup(ROOT, b"big").unwrap_err().errno(), libc::ENOENT);
+    fs.unmount().unwrap();
+    let fs = mount(&m, &d);
+    assert_eq!(fs.statfs().unwrap().bfree, free0);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn rename_and_errors() {
+    let (m, d) = devices(16, 16);
+    let fs = mount(&m, &d);
+    let a = fs.mkdir(&U, ROOT, b"a", 0o755).unwrap();
+    let b = fs.mkdir(&U, ROOT, b"b", 0o755).unwrap();
+    let sub = fs.mkdir(&U, a.ino, b"sub", 0o755).unwrap();
+    fs.create(&U, a.ino, b"f", 0o644, 0)
+        .map(|(x, h)| fs.release(x.ino, h))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        fs.rmdir(&U, ROOT, b"a").unwrap_err().errno(),
+        libc::ENOTEMPTY
+    );
+    assert_eq!(
+        fs.rename(&U, ROOT, b"a", sub.ino, b"x", RenameFlags::default())
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+    fs.rename(&U, a.ino, b"sub", b.ino, b"sub2", RenameFlags::default())
+        .unwrap();
+    assert_eq!(fs.getattr(a.ino).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b.ino).unwrap().nlink, 3);
+    assert_eq!(fs.lookup(sub.ino, b"..").unwrap().ino, b.ino);
+    fs.rename(
+        &U,
+        a.ino,
+        b"f",
+        b.ino,
+        b"sub2",
+        RenameFlags {
+            exchange: true,
+            noreplace: false,
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.lookup(a.ino, b"f").unwrap().ino, sub.ino);
+    assert_eq!(fs.getattr(a.ino).unwrap().nlink, 3);
+    assert_eq!(fs.lookup(sub.ino, b"..").unwrap().ino, a.ino);
+    assert_eq!(
+        fs.mkdir(&U, ROOT, &[b'n'; 256], 0o755).unwrap_err().errno(),
+        libc::ENAMETOOLONG
+    );
+    fs.mkdir(&U, ROOT, &[b'n'; 255], 0o755).unwrap();
+    fs.unmount().unwrap();
+    let fs = mount(&m, &d);
+    assert_eq!(fs.lookup(b.ino, b"sub2").unwrap().kind, FileKind::Regular);
+    assert_eq!(fs.getattr(b.ino).unwrap().nlink, 2);
+    fs.unmount().unwrap();
+}
