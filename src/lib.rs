@@ -9,5 +9,6 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod fs;
+pub mod fuse;
 
 pub use error::{FsError, Result};
