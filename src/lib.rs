@@ -10,6 +10,7 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod fs;
+pub mod fuse;
 pub mod log;
 pub mod meta;
 pub mod mkfs;

@@ -1,1 +1,63 @@
-fn main() {}
+//! `dualfs`: mount a DualFS through FUSE, and unmount it.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+use std::fs::OpenOptions;
+use std::os::fd::IntoRawFd;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dualfs",
+    version,
+    about = "DualFS: metadata in a log on one device, file data in block groups on another",
+    long_about = "DualFS keeps metadata in a log-structured device (META) and file data in \
+                  ext2-like block groups on another (DATA), mounted through FUSE.\n\n\
+                  Permission checks are done by the kernel: every mount uses \
+                  default_permissions, and DualFS itself trusts the kernel's decision."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Mount a DualFS; returns once it is ready (or failed), leaving a daemon serving it
+    ///
+    /// Permissions are checked by the kernel (default_permissions is always on): DualFS
+    /// relies on that and does not check access rights itself. The daemon stops on
+    /// SIGTERM, SIGINT, SIGHUP or an unmount, and writes its final checkpoint before it
+    /// exits; use `dualfs umount` to wait for that. Exit status: 0 mounted, 1 the mount
+    /// failed (nothing was written to the devices), 2 bad command line.
+    Mount(cli::mount::MountArgs),
+    /// Unmount, and wait until the daemon wrote its final checkpoint and exited
+    ///
+    /// Exit status: 0 cleanly unmounted, 1 failed (busy, not a mount point, or the daemon
+    /// did not finish cleanly), 2 bad command line.
+    Umount(cli::umount::UmountArgs),
+}
+
+fn main() -> ExitCode {
+    ensure_standard_streams_open();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Mount(args) => cli::mount::run(args),
+        Command::Umount(args) => cli::umount::run(args),
+    }
+}
+
+/// Started with stdin, stdout or stderr closed, the program would open a device or
+/// /dev/fuse as descriptor 0, 1 or 2 (which fuser refuses with a panic, and which a stray
+/// print could write into). Fill any such gap with /dev/null.
+fn ensure_standard_streams_open() {
+    for fd in 0..=2 {
+        // SAFETY: F_GETFD only asks whether the descriptor is open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            // open(2) returns the lowest free descriptor, which is this one; keep it open.
+            let null = OpenOptions::new().read(true).write(true).open("/dev/null");
+            let _ = null.map(IntoRawFd::into_raw_fd);
+        }
+    }
+}

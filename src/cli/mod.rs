@@ -1,0 +1,13 @@
+//! The pieces of the `dualfs` program (not part of the library).
+
+pub mod data_path;
+pub mod device;
+pub mod error;
+pub mod logging;
+pub mod mount;
+pub mod mountinfo;
+pub mod options;
+pub mod pid_file;
+pub mod ready_pipe;
+pub mod shutdown;
+pub mod umount;

@@ -1,0 +1,438 @@
+//! `-o` option lists: the standard FUSE mount options and DualFS's own.
+//!
+//! Later options override earlier ones (`-o ro -o rw` mounts read-write), as with mount(8).
+
+use super::error::CliError;
+use dualfs::fs::MountOptions;
+use dualfs::fuse::FuseConfig;
+use fuser::{MountOption, SessionACL};
+use std::path::Path;
+use std::time::Duration;
+
+/// Everything `-o` can set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MountSettings {
+    pub read_only: bool,
+    pub allow: Allow,
+    /// `Some(true)` for `dev`, `Some(false)` for `nodev`; `None` leaves fuser's default.
+    pub dev: Option<bool>,
+    pub suid: Option<bool>,
+    pub exec: Option<bool>,
+    pub atime: Option<bool>,
+    pub sync: Option<bool>,
+    pub dirsync: bool,
+    pub fsname: Option<String>,
+    pub subtype: Option<String>,
+    pub cache_bytes: Option<u64>,
+    pub flush_interval: Option<Duration>,
+    pub checkpoint_interval: Option<Duration>,
+    pub writeback_cache: bool,
+    pub ttl: Option<Duration>,
+}
+
+/// Who besides the mounting user may use the mount.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Allow {
+    #[default]
+    Owner,
+    Root,
+    Everyone,
+}
+
+/// The options `-o` accepts, for `--help`.
+pub const OPTIONS_HELP: &str = "\
+Mount options (-o OPT[,OPT...], may be repeated; later options win):
+  ro, rw                     read-only (nothing is written to either device) or read-write
+  allow_other, allow_root    let every user, or root too, use the mount
+  default_permissions        always on: the kernel checks permissions, DualFS does not
+  dev, nodev, suid, nosuid   device files and set-id bits (off unless asked for)
+  exec, noexec, atime, noatime, sync, async, dirsync
+  fsname=NAME                source shown in /proc/mounts (default: the META path)
+  subtype=NAME               file system subtype (default: dualfs)
+  cache_size=SIZE            metadata cache budget, e.g. 512M or 2G (default 256M)
+  flush_interval=SECONDS     how often dirty metadata is written to the log (default 5)
+  checkpoint_interval=SECONDS  how often a checkpoint is written (default 30)
+  writeback_cache            let the kernel cache writes (default off)
+  ttl=SECONDS                how long the kernel caches names and attributes (default 3600)";
+
+/// Parse every `-o` argument, in order.
+pub fn parse_option_lists<S: AsRef<str>>(lists: &[S]) -> Result<MountSettings, CliError> {
+    let mut settings = MountSettings::default();
+    for list in lists {
+        for option in list.as_ref().split(',').filter(|o| !o.is_empty()) {
+            apply_option(&mut settings, option)?;
+        }
+    }
+    Ok(settings)
+}
+
+fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
+    let (key, value) = match option.split_once('=') {
+        Some((k, v)) => (k, Some(v)),
+        None => (option, None),
+    };
+    let flag = |on: &mut Option<bool>, v: bool| -> Result<(), CliError> {
+        no_value(key, value)?;
+        *on = Some(v);
+        Ok(())
+    };
+    match key {
+        "ro" | "rw" => {
+            no_value(key, value)?;
+            s.read_only = key == "ro";
+        }
+        "allow_other" | "allow_root" => {
+            no_value(key, value)?;
+            let wanted = if key == "allow_other" {
+                Allow::Everyone
+            } else {
+                Allow::Root
+            };
+            if s.allow != Allow::Owner && s.allow != wanted {
+                return Err(CliError::usage(
+                    "-o allow_other and allow_root cannot be used together",
+                ));
+            }
+            s.allow = wanted;
+        }
+        // Always on; accepted so that the usual option lists work.
+        "default_permissions" | "defaults" => no_value(key, value)?,
+        "dev" => flag(&mut s.dev, true)?,
+        "nodev" => flag(&mut s.dev, false)?,
+        "suid" => flag(&mut s.suid, true)?,
+        "nosuid" => flag(&mut s.suid, false)?,
+        "exec" => flag(&mut s.exec, true)?,
+        "noexec" => flag(&mut s.exec, false)?,
+        "atime" => flag(&mut s.atime, true)?,
+        "noatime" => flag(&mut s.atime, false)?,
+        "sync" => flag(&mut s.sync, true)?,
+        "async" => flag(&mut s.sync, false)?,
+        "dirsync" => {
+            no_value(key, value)?;
+            s.dirsync = true;
+        }
+        "writeback_cache" => {
+            no_value(key, value)?;
+            s.writeback_cache = true;
+        }
+        "fsname" => s.fsname = Some(text_value(key, value)?),
+        "subtype" => s.subtype = Some(text_value(key, value)?),
+        "cache_size" => {
+            let text = needs_value(key, value, "SIZE")?;
+            s.cache_bytes = Some(parse_size(text).map_err(|e| bad_value(key, text, &e))?);
+        }
+        "flush_interval" => s.flush_interval = Some(positive_seconds(key, value)?),
+        "checkpoint_interval" => s.checkpoint_interval = Some(positive_seconds(key, value)?),
+        "ttl" => {
+            let text = needs_value(key, value, "SECONDS")?;
+            s.ttl = Some(parse_seconds(text).map_err(|e| bad_value(key, text, &e))?);
+        }
+        _ => {
+            return Err(CliError::usage(format!(
+                "unknown mount option '{option}' (see dualfs mount --help)"
+            )))
+        }
+    }
+    Ok(())
+}
+
+fn no_value(key: &str, value: Option<&str>) -> Result<(), CliError> {
+    match value {
+        None => Ok(()),
+        Some(_) => Err(CliError::usage(format!("-o {key} takes no value"))),
+    }
+}
+
+fn needs_value<'a>(key: &str, value: Option<&'a str>, what: &str) -> Result<&'a str, CliError> {
+    match value {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(CliError::usage(format!(
+            "-o {key} needs a value: {key}={what}"
+        ))),
+    }
+}
+
+fn text_value(key: &str, value: Option<&str>) -> Result<String, CliError> {
+    needs_value(key, value, "NAME").map(str::to_string)
+}
+
+fn positive_seconds(key: &str, value: Option<&str>) -> Result<Duration, CliError> {
+    let text = needs_value(key, value, "SECONDS")?;
+    match parse_seconds(text) {
+        Ok(d) if d.is_zero() => Err(bad_value(key, text, "must be more than 0")),
+        Ok(d) => Ok(d),
+        Err(e) => Err(bad_value(key, text, &e)),
+    }
+}
+
+fn bad_value(key: &str, text: &str, why: &str) -> CliError {
+    CliError::usage(format!("-o {key}={text}: {why}"))
+}
+
+/// A byte count: digits with an optional binary suffix, `K`, `M`, `G` or `T` (also `KiB`,
+/// `KB`...; all powers of 1024), or `B`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(digits_end);
+    if digits.is_empty() {
+        return Err("expected a number such as 256M".into());
+    }
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("unknown unit '{suffix}' (use K, M, G or T)")),
+    };
+    let number: u64 = digits.parse().map_err(|_| "number too large".to_string())?;
+    let bytes = number
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| "number too large".to_string())?;
+    if bytes == 0 {
+        return Err("must be more than 0".into());
+    }
+    Ok(bytes)
+}
+
+/// Seconds, whole or decimal (`5`, `0.5`).
+pub fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let valid = !text.is_empty()
+        && text.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && text.chars().filter(|&c| c == '.').count() <= 1
+        && text != ".";
+    let seconds: f64 = match text.parse() {
+        Ok(s) if valid => s,
+        _ => return Err("expected a number of seconds such as 5 or 0.5".into()),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| "too many seconds".to_string())
+}
+
+impl MountSettings {
+    /// fuser's mount options. `default_permissions` is always on: the core leaves
+    /// permission checks to the kernel.
+    pub fn fuse_mount_options(&self, meta: &Path) -> Vec<MountOption> {
+        let fsname = match &self.fsname {
+            Some(name) => name.clone(),
+            None => meta.display().to_string(),
+        };
+        let subtype = self.subtype.clone().unwrap_or_else(|| "dualfs".into());
+        let mut options = vec![
+            MountOption::DefaultPermissions,
+            MountOption::FSName(fsname),
+            MountOption::Subtype(subtype),
+            if self.read_only {
+                MountOption::RO
+            } else {
+                MountOption::RW
+            },
+        ];
+        let toggles = [
+            (self.dev, MountOption::Dev, MountOption::NoDev),
+            (self.suid, MountOption::Suid, MountOption::NoSuid),
+            (self.exec, MountOption::Exec, MountOption::NoExec),
+            (self.atime, MountOption::Atime, MountOption::NoAtime),
+            (self.sync, MountOption::Sync, MountOption::Async),
+        ];
+        for (setting, on, off) in toggles {
+            match setting {
+                Some(true) => options.push(on),
+                Some(false) => options.push(off),
+                None => {}
+            }
+        }
+        if self.dirsync {
+            options.push(MountOption::DirSync);
+        }
+        options
+    }
+
+    /// fuser enforces allow_root itself; the kernel only knows allow_other.
+    pub fn session_acl(&self) -> SessionACL {
+        match self.allow {
+            Allow::Owner => SessionACL::Owner,
+            Allow::Root => SessionACL::RootAndOwner,
+            Allow::Everyone => SessionACL::All,
+        }
+    }
+
+    pub fn core_options(&self) -> MountOptions {
+        let defaults = MountOptions::default();
+        MountOptions {
+            read_only: self.read_only,
+            cache_bytes: self.cache_bytes.unwrap_or(defaults.cache_bytes),
+            flush_interval: self.flush_interval.unwrap_or(defaults.flush_interval),
+            checkpoint_interval: self
+                .checkpoint_interval
+                .unwrap_or(defaults.checkpoint_interval),
+        }
+    }
+
+    pub fn fuse_config(&self) -> FuseConfig {
+        let defaults = FuseConfig::default();
+        FuseConfig {
+            ttl: self.ttl.unwrap_or(defaults.ttl),
+            writeback_cache: self.writeback_cache,
+            ..defaults
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(lists: &[&str]) -> Result<MountSettings, CliError> {
+        parse_option_lists(lists)
+    }
+
+    #[test]
+    fn empty_lists_give_defaults() {
+        assert_eq!(parse(&[]).unwrap(), MountSettings::default());
+        assert_eq!(parse(&["", ",,"]).unwrap(), MountSettings::default());
+    }
+
+    #[test]
+    fn lists_split_on_commas_and_repeat() {
+        let s = parse(&["ro,noatime", "allow_other,cache_size=512M"]).unwrap();
+        assert!(s.read_only);
+        assert_eq!(s.atime, Some(false));
+        assert_eq!(s.allow, Allow::Everyone);
+        assert_eq!(s.cache_bytes, Some(512 << 20));
+    }
+
+    #[test]
+    fn later_options_win() {
+        assert!(!parse(&["ro", "rw"]).unwrap().read_only);
+        assert!(parse(&["rw,ro"]).unwrap().read_only);
+        assert_eq!(parse(&["nodev,dev"]).unwrap().dev, Some(true));
+        assert_eq!(
+            parse(&["ttl=5,ttl=7"]).unwrap().ttl,
+            Some(Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn dualfs_options() {
+        let s = parse(&[
+            "cache_size=2G,flush_interval=0.5,checkpoint_interval=60,writeback_cache,ttl=0",
+        ])
+        .unwrap();
+        let core = s.core_options();
+        assert_eq!(core.cache_bytes, 2 << 30);
+        assert_eq!(core.flush_interval, Duration::from_millis(500));
+        assert_eq!(core.checkpoint_interval, Duration::from_secs(60));
+        let fuse = s.fuse_config();
+        assert!(fuse.writeback_cache);
+        assert_eq!(fuse.ttl, Duration::ZERO);
+    }
+
+    #[test]
+    fn defaults_come_from_the_core_and_the_adapter() {
+        let s = parse(&[]).unwrap();
+        let core = s.core_options();
+        let default = MountOptions::default();
+        assert_eq!(core.cache_bytes, default.cache_bytes);
+        assert_eq!(core.flush_interval, default.flush_interval);
+        assert!(!core.read_only);
+        assert_eq!(s.fuse_config(), FuseConfig::default());
+    }
+
+    #[test]
+    fn unknown_and_malformed_options_are_usage_errors() {
+        for bad in [
+            "bogus",
+            "cache_size",
+            "cache_size=",
+            "cache_size=abc",
+            "cache_size=0",
+            "cache_size=12Q",
+            "cache_size=99999999999T",
+            "flush_interval=0",
+            "flush_interval=-1",
+            "flush_interval=1e3",
+            "checkpoint_interval=soon",
+            "ttl",
+            "ttl=inf",
+            "ttl=NaN",
+            "ro=1",
+            "writeback_cache=yes",
+            "fsname",
+            "allow_other,allow_root",
+        ] {
+            match parse(&[bad]) {
+                Err(CliError::Usage(message)) => assert!(!message.contains('\n'), "{message}"),
+                other => panic!("{bad}: expected a usage error, got {other:?}"),
+            }
+        }
+        let Err(e) = parse(&["rw,frobnicate"]) else {
+            panic!()
+        };
+        assert!(e.message().contains("frobnicate"), "{e}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4096B"), Ok(4096));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("3T"), Ok(3 << 40));
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("1.5G").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("16777216T").is_err());
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_seconds("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_seconds("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_seconds("0"), Ok(Duration::ZERO));
+        for bad in ["", ".", "1..2", "-3", "+3", "3s", "1e9", "inf"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn fuse_options_always_include_default_permissions_fsname_and_subtype() {
+        let meta = Path::new("/images/meta.img");
+        let options = parse(&[]).unwrap().fuse_mount_options(meta);
+        assert!(options.contains(&MountOption::DefaultPermissions));
+        assert!(options.contains(&MountOption::FSName("/images/meta.img".into())));
+        assert!(options.contains(&MountOption::Subtype("dualfs".into())));
+        assert!(options.contains(&MountOption::RW));
+
+        let options = parse(&["ro,fsname=pool,subtype=x,nosuid,exec,dirsync"])
+            .unwrap()
+            .fuse_mount_options(meta);
+        for expected in [
+            MountOption::RO,
+            MountOption::FSName("pool".into()),
+            MountOption::Subtype("x".into()),
+            MountOption::NoSuid,
+            MountOption::Exec,
+            MountOption::DirSync,
+        ] {
+            assert!(options.contains(&expected), "{expected:?} in {options:?}");
+        }
+        assert!(!options.contains(&MountOption::RW));
+    }
+
+    #[test]
+    fn access_control() {
+        assert_eq!(parse(&[]).unwrap().session_acl(), SessionACL::Owner);
+        assert_eq!(
+            parse(&["allow_root"]).unwrap().session_acl(),
+            SessionACL::RootAndOwner
+        );
+        assert_eq!(
+            parse(&["allow_other,allow_other"]).unwrap().session_acl(),
+            SessionACL::All
+        );
+    }
+}

@@ -1,0 +1,770 @@
+//! The FUSE adapter: translates fuser requests into calls on the core (`fs::Fs`) and the
+//! core's answers into replies. No file system logic lives here.
+//!
+//! Permission checks are the kernel's job: the mount program always mounts with
+//! `default_permissions`, so the core never sees a request the caller may not make.
+
+use crate::fs::{
+    Attr, Caller, DirEntry, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, SetTime,
+    Timespec,
+};
+use crate::FsError;
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use log::{debug, info, warn};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How the adapter talks to the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FuseConfig {
+    /// How long the kernel may cache names and attributes. DualFS owns its devices and every
+    /// change passes through the kernel, so this can be long.
+    pub ttl: Duration,
+    /// Let the kernel cache writes; it then owns mtime and size while pages are dirty.
+    pub writeback_cache: bool,
+    /// Keep a file's page cache across opens: nothing changes the data behind the kernel.
+    pub keep_cache: bool,
+    /// Largest write request, bytes.
+    pub max_write: u32,
+    /// Background requests (readahead, writeback) the kernel keeps in flight.
+    pub max_background: u16,
+}
+
+impl Default for FuseConfig {
+    fn default() -> Self {
+        FuseConfig {
+            ttl: Duration::from_secs(3600),
+            writeback_cache: false,
+            keep_cache: true,
+            max_write: 1 << 20,
+            max_background: 64,
+        }
+    }
+}
+
+/// A mounted `Fs` as a fuser `Filesystem`.
+pub struct DualFuse {
+    fs: Arc<Fs>,
+    config: FuseConfig,
+}
+
+impl DualFuse {
+    pub fn new(fs: Arc<Fs>, config: FuseConfig) -> DualFuse {
+        DualFuse { fs, config }
+    }
+
+    fn entry(&self, reply: ReplyEntry, result: crate::Result<Attr>, op: &str, ino: u64) {
+        match result {
+            Ok(attr) => reply.entry(&self.config.ttl, &file_attr(&attr), generation(&attr)),
+            Err(e) => reply.error(errno(op, ino, &e)),
+        }
+    }
+
+    fn attr(&self, reply: ReplyAttr, result: crate::Result<Attr>, op: &str, ino: u64) {
+        match result {
+            Ok(attr) => reply.attr(&self.config.ttl, &file_attr(&attr)),
+            Err(e) => reply.error(errno(op, ino, &e)),
+        }
+    }
+
+    fn open_flags(&self, flags: i32) -> i32 {
+        core_open_flags(flags, self.config.writeback_cache)
+    }
+
+    fn fopen_flags(&self) -> FopenFlags {
+        if self.config.keep_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+}
+
+/// The flags the core sees for an open. With the writeback cache the kernel reads through
+/// write-only handles (to fill partial pages) and applies O_APPEND itself.
+fn core_open_flags(flags: i32, writeback_cache: bool) -> i32 {
+    if !writeback_cache {
+        return flags;
+    }
+    let flags = flags & !libc::O_APPEND;
+    if flags & libc::O_ACCMODE == libc::O_WRONLY {
+        (flags & !libc::O_ACCMODE) | libc::O_RDWR
+    } else {
+        flags
+    }
+}
+
+fn empty(reply: ReplyEmpty, result: crate::Result<()>, op: &str, ino: u64) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(op, ino, &e)),
+    }
+}
+
+/// The errno for a core error; failures of the storage or the on-disk data are logged, since
+/// the caller only sees EIO.
+fn errno(op: &str, ino: u64, err: &FsError) -> Errno {
+    let code = err.errno();
+    if code == libc::EIO || matches!(err, FsError::Corrupt { .. }) {
+        warn!("{op} (inode {ino}): {err}");
+    } else {
+        debug!("{op} (inode {ino}): {err}");
+    }
+    Errno::from_i32(code)
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn generation(attr: &Attr) -> Generation {
+    Generation(u64::from(attr.generation))
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+    }
+}
+
+/// `Timespec::to_system_time` overflows (panics) on a nanosecond field of a second or more
+/// next to the largest seconds; a corrupt inode could hold one, so clamp it first.
+fn system_time(t: Timespec) -> SystemTime {
+    Timespec {
+        nsec: t.nsec.min(999_999_999),
+        ..t
+    }
+    .to_system_time()
+}
+
+fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(attr.ino),
+        size: attr.size,
+        blocks: attr.blocks,
+        atime: system_time(attr.atime),
+        mtime: system_time(attr.mtime),
+        ctime: system_time(attr.ctime),
+        crtime: system_time(attr.crtime),
+        kind: file_type(attr.kind),
+        perm: attr.perm,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: attr.rdev,
+        blksize: attr.blksize,
+        flags: 0,
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(Timespec::from_system_time(t)),
+    }
+}
+
+/// renameat2 flags the core understands; anything else (RENAME_WHITEOUT, unknown bits, or
+/// both NOREPLACE and EXCHANGE, which the kernel rejects too) is EINVAL.
+fn rename_flags(flags: RenameFlags) -> Option<CoreRenameFlags> {
+    let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+    if !known.contains(flags) || flags == known {
+        return None;
+    }
+    Some(CoreRenameFlags {
+        noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+        exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+    })
+}
+
+/// Permission bits with the umask applied, without the file type.
+fn masked_perm(mode: u32, umask: u32) -> u32 {
+    mode & !umask & 0o7777
+}
+
+fn is_dot_or_dotdot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+impl Filesystem for DualFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut wanted = vec![
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            // The core's open honours O_TRUNC.
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_EXPORT_SUPPORT,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+        ];
+        if self.config.writeback_cache {
+            wanted.push(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
+        // One at a time: a refusal rejects the whole set passed in.
+        for capability in wanted {
+            if let Err(refused) = config.add_capabilities(capability) {
+                if capability == InitFlags::FUSE_WRITEBACK_CACHE {
+                    warn!("the kernel refused the writeback cache; writes go straight through");
+                } else {
+                    debug!("the kernel refused {refused:?}");
+                }
+            }
+        }
+        if let Err(nearest) = config.set_max_write(self.config.max_write) {
+            debug!(
+                "max_write {} refused, using {nearest}",
+                self.config.max_write
+            );
+            let _ = config.set_max_write(nearest);
+        }
+        if let Err(nearest) = config.set_max_background(self.config.max_background) {
+            let _ = config.set_max_background(nearest);
+        }
+        info!(
+            "FUSE session ready (kernel ABI {:?}, ttl {:?}, writeback cache {})",
+            config.kernel_abi(),
+            self.config.ttl,
+            self.config.writeback_cache
+        );
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        debug!("FUSE session ended");
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let result = self.fs.lookup(parent.0, name.as_bytes());
+        self.entry(reply, result, "lookup", parent.0);
+    }
+
+    // batch_forget keeps fuser's default, which calls `forget` per inode: fuser 0.18 does not
+    // export `ForgetOne`, so the method cannot be overridden.
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.attr(reply, self.fs.getattr(ino.0), "getattr", ino.0);
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // crtime, chgtime, bkuptime and BSD flags only come from macOS.
+        let set = SetAttr {
+            // chmod changes permission bits only; the kernel sends the whole st_mode.
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(Timespec::from_system_time),
+        };
+        let result = self.fs.setattr(&caller(req), ino.0, &set);
+        self.attr(reply, result, "setattr", ino.0);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno("readlink", ino.0, &e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let mode = (mode & libc::S_IFMT) | masked_perm(mode, umask);
+        let result = self
+            .fs
+            .mknod(&caller(req), parent.0, name.as_bytes(), mode, rdev);
+        self.entry(reply, result, "mknod", parent.0);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let mode = libc::S_IFDIR | masked_perm(mode, umask);
+        let result = self.fs.mkdir(&caller(req), parent.0, name.as_bytes(), mode);
+        self.entry(reply, result, "mkdir", parent.0);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.fs.unlink(&caller(req), parent.0, name.as_bytes());
+        empty(reply, result, "unlink", parent.0);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.fs.rmdir(&caller(req), parent.0, name.as_bytes());
+        empty(reply, result, "rmdir", parent.0);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let result = self.fs.symlink(
+            &caller(req),
+            parent.0,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+        );
+        self.entry(reply, result, "symlink", parent.0);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let Some(flags) = rename_flags(flags) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let result = self.fs.rename(
+            &caller(req),
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags,
+        );
+        empty(reply, result, "rename", parent.0);
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let result = self
+            .fs
+            .link(&caller(req), ino.0, newparent.0, newname.as_bytes());
+        self.entry(reply, result, "link", ino.0);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(&caller(req), ino.0, self.open_flags(flags.0)) {
+            Ok(fh) => reply.opened(FileHandle(fh), self.fopen_flags()),
+            Err(e) => reply.error(errno("open", ino.0, &e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let mode = libc::S_IFREG | masked_perm(mode, umask);
+        let flags = self.open_flags(flags);
+        match self
+            .fs
+            .create(&caller(req), parent.0, name.as_bytes(), mode, flags)
+        {
+            Ok((attr, fh)) => reply.created(
+                &self.config.ttl,
+                &file_attr(&attr),
+                generation(&attr),
+                FileHandle(fh),
+                self.fopen_flags(),
+            ),
+            Err(e) => reply.error(errno("create", parent.0, &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno("read", ino.0, &e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, fh.0, offset, data) {
+            Ok(written) => reply.written(written),
+            Err(e) => reply.error(errno("write", ino.0, &e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs.flush(ino.0, fh.0), "flush", ino.0);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs.release(ino.0, fh.0), "release", ino.0);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs.fsync(ino.0, datasync), "fsync", ino.0);
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(&caller(req), ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno("opendir", ino.0, &e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let mut accepted = 0usize;
+        let result = {
+            let mut add = |entry: &DirEntry| {
+                let name = OsStr::from_bytes(&entry.name);
+                let kind = file_type(entry.kind);
+                let full = reply.add(INodeNo(entry.ino), entry.cookie, kind, name);
+                accepted += usize::from(!full);
+                !full
+            };
+            self.fs.readdir(ino.0, offset, &mut add)
+        };
+        match result {
+            Ok(()) => reply.ok(),
+            // Hand out what was listed; the kernel asks again from the last cookie.
+            Err(e) if accepted > 0 => {
+                errno("readdir", ino.0, &e);
+                reply.ok()
+            }
+            Err(e) => reply.error(errno("readdir", ino.0, &e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        // The kernel counts a lookup for every entry in the reply except "." and ".."
+        // (even those that no longer fit the reader's buffer), and so does the core for every
+        // entry `add` accepts. So every accepted entry must reach the kernel: on a later
+        // error the entries gathered so far are still sent.
+        let ttl = self.config.ttl;
+        let mut counted = 0usize;
+        let result = {
+            let mut add = |entry: &DirEntry, attr: &Attr| {
+                let name = OsStr::from_bytes(&entry.name);
+                let full = reply.add(
+                    INodeNo(entry.ino),
+                    entry.cookie,
+                    name,
+                    &ttl,
+                    &file_attr(attr),
+                    generation(attr),
+                );
+                if !full && !is_dot_or_dotdot(&entry.name) {
+                    counted += 1;
+                }
+                !full
+            };
+            self.fs.readdirplus(ino.0, offset, &mut add)
+        };
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) if counted > 0 => {
+                errno("readdirplus", ino.0, &e);
+                reply.ok()
+            }
+            Err(e) => reply.error(errno("readdirplus", ino.0, &e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs.releasedir(ino.0, fh.0), "releasedir", ino.0);
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs.fsyncdir(ino.0, datasync), "fsyncdir", ino.0);
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(errno("statfs", ino.0, &e)),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let result = self.fs.access(&caller(req), ino.0, mask.bits());
+        empty(reply, result, "access", ino.0);
+    }
+
+    // No extended attributes in the core yet. ENOSYS makes the kernel stop asking (and
+    // answer EOPNOTSUPP itself) for the rest of the mount.
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(kind: FileKind) -> Attr {
+        Attr {
+            ino: 42,
+            generation: 7,
+            kind,
+            perm: 0o4755,
+            nlink: 3,
+            uid: 1000,
+            gid: 100,
+            rdev: 0x0801,
+            size: 12345,
+            blocks: 32,
+            atime: Timespec { sec: 1, nsec: 2 },
+            mtime: Timespec { sec: 3, nsec: 4 },
+            ctime: Timespec { sec: -5, nsec: 6 },
+            crtime: Timespec { sec: 7, nsec: 8 },
+            blksize: 4096,
+        }
+    }
+
+    #[test]
+    fn attr_converts_field_by_field() {
+        let a = file_attr(&attr(FileKind::Symlink));
+        assert_eq!(a.ino, INodeNo(42));
+        assert_eq!(a.kind, FileType::Symlink);
+        assert_eq!((a.perm, a.nlink, a.uid, a.gid), (0o4755, 3, 1000, 100));
+        assert_eq!(
+            (a.rdev, a.size, a.blocks, a.blksize, a.flags),
+            (0x0801, 12345, 32, 4096, 0)
+        );
+        assert_eq!(a.mtime, Timespec { sec: 3, nsec: 4 }.to_system_time());
+        assert_eq!(a.ctime, Timespec { sec: -5, nsec: 6 }.to_system_time());
+        assert_eq!(generation(&attr(FileKind::Regular)), Generation(7));
+    }
+
+    #[test]
+    fn every_kind_has_a_file_type() {
+        for code in 1..=7 {
+            let kind = FileKind::from_code(code).unwrap();
+            let expected = match kind {
+                FileKind::Regular => FileType::RegularFile,
+                FileKind::Directory => FileType::Directory,
+                FileKind::Symlink => FileType::Symlink,
+                FileKind::CharDevice => FileType::CharDevice,
+                FileKind::BlockDevice => FileType::BlockDevice,
+                FileKind::Fifo => FileType::NamedPipe,
+                FileKind::Socket => FileType::Socket,
+            };
+            assert_eq!(file_type(kind), expected);
+        }
+    }
+
+    #[test]
+    fn hostile_times_do_not_panic() {
+        for sec in [i64::MAX, i64::MIN, 0, -1] {
+            system_time(Timespec {
+                sec,
+                nsec: u32::MAX,
+            });
+        }
+    }
+
+    #[test]
+    fn rename_flags_map_or_are_invalid() {
+        assert_eq!(
+            rename_flags(RenameFlags::empty()),
+            Some(CoreRenameFlags::default())
+        );
+        assert_eq!(
+            rename_flags(RenameFlags::RENAME_NOREPLACE),
+            Some(CoreRenameFlags {
+                noreplace: true,
+                exchange: false
+            })
+        );
+        assert_eq!(
+            rename_flags(RenameFlags::RENAME_EXCHANGE),
+            Some(CoreRenameFlags {
+                noreplace: false,
+                exchange: true
+            })
+        );
+        assert_eq!(rename_flags(RenameFlags::RENAME_WHITEOUT), None);
+        assert_eq!(
+            rename_flags(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE),
+            None
+        );
+        assert_eq!(rename_flags(RenameFlags::from_bits_retain(1 << 20)), None);
+    }
+
+    #[test]
+    fn umask_applies_to_permission_bits_only() {
+        assert_eq!(masked_perm(libc::S_IFREG | 0o666, 0o022), 0o644);
+        assert_eq!(masked_perm(0o7777, 0o077), 0o7700);
+    }
+
+    #[test]
+    fn writeback_cache_widens_write_only_opens() {
+        let wo_append = libc::O_WRONLY | libc::O_APPEND;
+        assert_eq!(core_open_flags(wo_append, false), wo_append);
+        assert_eq!(core_open_flags(wo_append, true), libc::O_RDWR);
+        let ro_trunc = libc::O_RDONLY | libc::O_TRUNC;
+        assert_eq!(core_open_flags(ro_trunc, true), ro_trunc);
+    }
+}
