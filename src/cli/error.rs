@@ -57,7 +57,7 @@ pub fn describe_fs_error(err: &FsError) -> String {
     match err {
         FsError::Errno(code) => describe_errno(*code),
         FsError::Io(e) => describe_io(e),
-        FsError::Corrupt { .. } => err.to_string(),
+        FsError::Corrupt { .. } | FsError::Refused(_) => err.to_string(),
     }
 }
 
