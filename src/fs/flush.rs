@@ -54,9 +54,10 @@ impl Fs {
     /// Make everything done so far durable. Concurrent callers share one log write: if a
     /// snapshot was taken after this call began, its completion is enough (group commit).
     pub(crate) fn sync_log(&self) -> Result<()> {
-        let seen = self.snap_seq.load(Ordering::Acquire);
+        // Any snapshot numbered `target` or later was taken after this call began.
+        let target = self.snap_seq.load(Ordering::Acquire) + 1;
         let mut fl = self.flusher.lock();
-        if self.snap_seq.load(Ordering::Acquire) > seen {
+        if self.durable_seq.load(Ordering::Acquire) >= target {
             return self.alive();
         }
         self.flush_locked(&mut fl)
@@ -87,16 +88,18 @@ impl Fs {
         let p = self.ppb;
         // ---- Phase 1: snapshot, in memory, under the gate.
         let gate = self.gate.write();
-        self.snap_seq.fetch_add(1, Ordering::AcqRel);
+        let seq = self.snap_seq.load(Ordering::Acquire) + 1;
         let mut entries: Vec<Arc<InodeEntry>> = self.dirty.lock().values().cloned().collect();
         entries.sort_by_key(|e| e.ino);
         let n_nodes = self.tree.dirty_count();
         let n_records = self.records.lock().len();
         if entries.is_empty() && n_nodes == 0 && n_records == 0 {
+            self.snap_seq.store(seq, Ordering::Release);
             drop(gate);
             if self.data_dirty.swap(false, Ordering::AcqRel) {
                 self.data.flush()?;
             }
+            self.durable_seq.store(seq, Ordering::Release);
             return Ok(());
         }
         let (mut n_ptr, mut n_sym, mut n_inodes) = (0usize, 0usize, 0usize);
@@ -138,6 +141,7 @@ impl Fs {
         let plan = fl.writer.plan(&self.tables.lock(), nblocks, max_records)?;
 
         // From here on the snapshot is taken: nothing may fail until it is written.
+        self.snap_seq.store(seq, Ordering::Release);
         self.dirty.lock().clear();
         let mut addrs = plan.addrs.iter().copied();
         let mut pending = Vec::with_capacity(nblocks);
@@ -292,6 +296,7 @@ impl Fs {
             t.apply(&placed, &records, now_secs())?;
             fl.writer.commit(&mut t, &plan);
         }
+        self.durable_seq.store(seq, Ordering::Release);
         self.tree.written(&node_ids);
         for ino in tombstones {
             self.inodes.remove(ino);

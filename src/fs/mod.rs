@@ -99,8 +99,9 @@ pub struct Fs {
     /// Records of changes no block shows, in the order they happened.
     records: Mutex<Vec<Record>>,
     flusher: Mutex<FlushState>,
-    /// Bumped each time the log writer takes a snapshot.
+    /// Number of the last snapshot the log writer took, and of the last one made durable.
     snap_seq: AtomicU64,
+    durable_seq: AtomicU64,
     /// File data was written since the last data-device flush.
     data_dirty: AtomicBool,
     /// Set after a failed log write: nothing more may be written.

@@ -102,6 +102,7 @@ impl Fs {
                 last_ckpt: Instant::now(),
             }),
             snap_seq: AtomicU64::new(0),
+            durable_seq: AtomicU64::new(0),
             data_dirty: AtomicBool::new(false),
             failed: Mutex::new(None),
             unmounted: AtomicBool::new(false),
