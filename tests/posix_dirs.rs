@@ -1,0 +1,467 @@
+//! Directories and names: mkdir/rmdir/unlink errors, link counts, symlinks, hard links,
+//! readdir (types, inode numbers, stability under concurrent change, telldir/seekdir) and
+//! name limits.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+
+#[test]
+fn mkdir_rmdir_unlink_errors() {
+    let fs = TestFs::new();
+    let d = fs.join("d");
+    sys::mkdir(&d, 0o755).unwrap();
+    fs::write(d.join("f"), b"x").unwrap();
+    fs::write(fs.join("file"), b"x").unwrap();
+
+    assert_errno!(sys::mkdir(&d, 0o755), libc::EEXIST);
+    assert_errno!(sys::mkdir(fs.join("file"), 0o755), libc::EEXIST);
+    assert_errno!(sys::mkdir(fs.join("missing/sub"), 0o755), libc::ENOENT);
+    assert_errno!(sys::mkdir(fs.join("file/sub"), 0o755), libc::ENOTDIR);
+
+    assert_errno!(sys::rmdir(&d), libc::ENOTEMPTY);
+    assert_errno!(sys::rmdir(fs.join("file")), libc::ENOTDIR);
+    assert_errno!(sys::rmdir(d.join(".")), libc::EINVAL);
+    assert_errno!(sys::rmdir(d.join("..")), libc::ENOTEMPTY);
+    assert_errno!(sys::rmdir(fs.join("missing")), libc::ENOENT);
+
+    assert_errno!(sys::unlink(&d), libc::EISDIR);
+    assert_errno!(sys::unlink(fs.join("missing")), libc::ENOENT);
+    assert_errno!(sys::unlink(fs.join("file/x")), libc::ENOTDIR);
+
+    // After emptying, rmdir works and the name is gone everywhere.
+    sys::unlink(d.join("f")).unwrap();
+    sys::rmdir(&d).unwrap();
+    assert_errno!(fs::symlink_metadata(&d), libc::ENOENT);
+    assert!(!names(fs.path()).contains(&b"d".to_vec()));
+    // The name can be reused for a file, then a directory again.
+    fs::write(&d, b"now a file").unwrap();
+    sys::unlink(&d).unwrap();
+    sys::mkdir(&d, 0o700).unwrap();
+    assert!(lstat(&d).is_dir());
+    assert_eq!(names(&d), Vec::<Vec<u8>>::new());
+}
+
+#[test]
+fn directory_link_counts() {
+    let mut fs = TestFs::new();
+    // The root: 2 + its subdirectories (lost+found included, where there is one).
+    let subdirs = |p: &std::path::Path| {
+        list_dir(p)
+            .iter()
+            .filter(|e| e.name != b"." && e.name != b"..")
+            .filter(|e| lstat(p.join(OsStr::from_bytes(&e.name))).is_dir())
+            .count() as u64
+    };
+    assert_eq!(
+        lstat(fs.path()).nlink(),
+        2 + subdirs(fs.path()),
+        "root nlink"
+    );
+
+    let d = fs.join("d");
+    sys::mkdir(&d, 0o755).unwrap();
+    assert_eq!(lstat(&d).nlink(), 2);
+    for s in ["a", "b", "c"] {
+        sys::mkdir(d.join(s), 0o755).unwrap();
+    }
+    for f in ["x", "y"] {
+        fs::write(d.join(f), b"").unwrap();
+    }
+    sys::symlink("a", d.join("l")).unwrap();
+    assert_eq!(
+        lstat(&d).nlink(),
+        5,
+        "2 + 3 subdirectories; files do not count"
+    );
+    sys::rmdir(d.join("c")).unwrap();
+    assert_eq!(lstat(&d).nlink(), 4);
+    sys::mkdir(fs.join("e"), 0o755).unwrap();
+    rename(d.join("b"), fs.join("e/b")).unwrap();
+    assert_eq!(lstat(&d).nlink(), 3);
+    assert_eq!(lstat(fs.join("e")).nlink(), 3);
+    assert_eq!(
+        lstat(fs.path()).nlink(),
+        2 + subdirs(fs.path()),
+        "root nlink"
+    );
+    fs.remount();
+    assert_eq!(lstat(&d).nlink(), 3);
+    assert_eq!(lstat(fs.join("e")).nlink(), 3);
+    assert_eq!(
+        lstat(fs.path()).nlink(),
+        2 + subdirs(fs.path()),
+        "root nlink after remount"
+    );
+}
+
+#[test]
+fn symlinks_of_every_length() {
+    let mut fs = TestFs::new();
+    fs::write(fs.join("target"), b"t").unwrap();
+    // 120/121: inline vs block in DualFS; 4064/4065: one vs two symlink blocks.
+    let lens = [
+        1usize, 2, 60, 119, 120, 121, 122, 255, 1000, 4063, 4064, 4065, 4095,
+    ];
+    let target_of = |len: usize| -> Vec<u8> {
+        let c = content(len as u64, len);
+        c.iter()
+            .map(|b| if *b % 7 == 0 { b'/' } else { b'a' + b % 26 })
+            .collect()
+    };
+    for &len in &lens {
+        sys::symlink(
+            OsStr::from_bytes(&target_of(len)),
+            fs.join(format!("l{len}")),
+        )
+        .unwrap();
+    }
+    sys::symlink("target", fs.join("good")).unwrap();
+    let check = |fs: &TestFs| {
+        for &len in &lens {
+            let p = fs.join(format!("l{len}"));
+            let m = lstat(&p);
+            assert!(m.file_type().is_symlink());
+            assert_eq!(m.len(), len as u64, "lstat size of a {len}-byte symlink");
+            assert_eq!(perm(&m), 0o777);
+            let t = fs::read_link(&p).unwrap();
+            assert!(
+                t.as_os_str().as_bytes() == target_of(len),
+                "target of the {len}-byte symlink"
+            );
+        }
+        assert_eq!(
+            fs::read(fs.join("good")).unwrap(),
+            b"t",
+            "following a symlink"
+        );
+    };
+    check(&fs);
+    fs.remount();
+    check(&fs);
+
+    // Too long, dangling, loops, readlink of a non-link.
+    assert_errno!(
+        sys::symlink(OsStr::from_bytes(&vec![b'a'; 4096]), fs.join("toolong")),
+        libc::ENAMETOOLONG
+    );
+    assert_errno!(sys::symlink("x", fs.join("good")), libc::EEXIST);
+    sys::symlink("nowhere", fs.join("dangling")).unwrap();
+    assert!(lstat(fs.join("dangling")).file_type().is_symlink());
+    assert_errno!(fs::metadata(fs.join("dangling")), libc::ENOENT);
+    sys::symlink("loop2", fs.join("loop1")).unwrap();
+    sys::symlink("loop1", fs.join("loop2")).unwrap();
+    assert_errno!(fs::read(fs.join("loop1")), libc::ELOOP);
+    assert_errno!(fs::read_link(fs.join("target")), libc::EINVAL);
+    // Removing a link leaves its target.
+    sys::unlink(fs.join("good")).unwrap();
+    assert_eq!(fs::read(fs.join("target")).unwrap(), b"t");
+}
+
+#[test]
+fn hard_links() {
+    let mut fs = TestFs::new();
+    let a = fs.join("a");
+    fs::write(&a, b"shared").unwrap();
+    sys::mkdir(fs.join("d"), 0o755).unwrap();
+    let b = fs.join("d/b");
+    sys::link(&a, &b).unwrap();
+    let (ma, mb) = (lstat(&a), lstat(&b));
+    assert_eq!(ma.ino(), mb.ino());
+    assert_eq!((ma.nlink(), mb.nlink()), (2, 2));
+    // A write through one name is seen through the other.
+    fs::write(&b, b"changed").unwrap();
+    assert_eq!(fs::read(&a).unwrap(), b"changed");
+    // Many names.
+    for i in 0..50 {
+        sys::link(&a, fs.join(format!("d/n{i}"))).unwrap();
+    }
+    assert_eq!(lstat(&a).nlink(), 52);
+    for i in 0..50 {
+        sys::unlink(fs.join(format!("d/n{i}"))).unwrap();
+    }
+    assert_eq!(lstat(&b).nlink(), 2);
+    // Errors: existing name, directory source, missing source.
+    assert_errno!(sys::link(&a, &b), libc::EEXIST);
+    assert_errno!(sys::link(fs.join("d"), fs.join("dlink")), libc::EPERM);
+    assert_errno!(sys::link(fs.join("missing"), fs.join("x")), libc::ENOENT);
+    fs.remount();
+    assert_eq!((lstat(&a).nlink(), lstat(&b).nlink()), (2, 2));
+    assert_eq!(lstat(&a).ino(), lstat(&b).ino());
+    // Unlinking one name leaves the other with nlink 1 and the data intact.
+    sys::unlink(&a).unwrap();
+    assert_eq!(lstat(&b).nlink(), 1);
+    assert_eq!(fs::read(&b).unwrap(), b"changed");
+    fs.remount();
+    assert_eq!(lstat(&b).nlink(), 1);
+    assert_eq!(fs::read(&b).unwrap(), b"changed");
+    // Hard links to symlinks link the symlink itself.
+    sys::symlink("d/b", fs.join("sl")).unwrap();
+    sys::link(fs.join("sl"), fs.join("sl2")).unwrap();
+    assert!(lstat(fs.join("sl2")).file_type().is_symlink());
+    assert_eq!(lstat(fs.join("sl")).nlink(), 2);
+}
+
+#[test]
+fn readdir_names_types_and_inodes() {
+    let fs = TestFs::new();
+    let d = fs.join("d");
+    sys::mkdir(&d, 0o755).unwrap();
+    fs::write(d.join("reg"), b"x").unwrap();
+    sys::mkdir(d.join("dir"), 0o755).unwrap();
+    sys::symlink("reg", d.join("lnk")).unwrap();
+    mkfifo(d.join("fifo"), 0o644).unwrap();
+    sys::link(d.join("reg"), d.join("reg2")).unwrap();
+    let odd = OsStr::from_bytes(b"sp ace\n\xff\x01tab\t");
+    fs::write(d.join(odd), b"").unwrap();
+
+    let entries = list_dir(&d);
+    let mut seen: HashMap<Vec<u8>, &Dirent> = HashMap::new();
+    for e in &entries {
+        assert!(
+            seen.insert(e.name.clone(), e).is_none(),
+            "{:?} listed twice",
+            OsStr::from_bytes(&e.name)
+        );
+    }
+    let want: HashSet<&[u8]> = [
+        &b"."[..],
+        b"..",
+        b"reg",
+        b"dir",
+        b"lnk",
+        b"fifo",
+        b"reg2",
+        odd.as_bytes(),
+    ]
+    .into_iter()
+    .collect();
+    let got: HashSet<&[u8]> = seen.keys().map(|k| k.as_slice()).collect();
+    assert_eq!(got, want);
+    let dt = |n: &[u8]| seen[n].dtype;
+    assert_eq!(dt(b"reg"), libc::DT_REG);
+    assert_eq!(dt(b"reg2"), libc::DT_REG);
+    assert_eq!(dt(b"dir"), libc::DT_DIR);
+    assert_eq!(dt(b"lnk"), libc::DT_LNK);
+    assert_eq!(dt(b"fifo"), libc::DT_FIFO);
+    assert_eq!(dt(b"."), libc::DT_DIR);
+    assert_eq!(dt(b".."), libc::DT_DIR);
+    // Inode numbers agree with stat, "." is the directory, ".." its parent.
+    for n in ["reg", "dir", "lnk", "fifo", "reg2"] {
+        assert_eq!(
+            seen[n.as_bytes()].ino,
+            lstat(d.join(n)).ino(),
+            "d_ino of {n}"
+        );
+    }
+    assert_eq!(seen[&b"reg"[..]].ino, seen[&b"reg2"[..]].ino);
+    assert_eq!(seen[&b"."[..]].ino, lstat(&d).ino());
+    assert_eq!(seen[&b".."[..]].ino, lstat(fs.path()).ino());
+    // An empty directory has just "." and "..".
+    let e: Vec<_> = list_dir(d.join("dir"))
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(e.len(), 2);
+    // Reading on after the end keeps returning nothing.
+    let h = open(&d, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    while !getdents(&h, 4096).unwrap().is_empty() {}
+    assert!(getdents(&h, 4096).unwrap().is_empty());
+}
+
+#[test]
+fn readdir_of_10000_entries_under_concurrent_change() {
+    let fs = TestFs::new();
+    let d = fs.join("big");
+    sys::mkdir(&d, 0o755).unwrap();
+    const N: usize = 10_000;
+    let name = |i: usize| format!("entry-{i:05}-{}", "x".repeat(i % 37));
+    for i in 0..N {
+        fs::write(d.join(name(i)), b"").unwrap();
+    }
+    // Plain listing first: all, once.
+    let all = names(&d);
+    assert_eq!(all.len(), N);
+    assert!(all.windows(2).all(|w| w[0] != w[1]));
+
+    // Now list in small chunks while creating new names and deleting old ones between chunks.
+    // POSIX: entries neither added nor removed while listing are returned exactly once.
+    let h = open(&d, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    let mut count: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut removed: HashSet<Vec<u8>> = HashSet::new();
+    let mut added = 0usize;
+    let mut chunk = 0usize;
+    loop {
+        let v = getdents(&h, 2048).unwrap();
+        if v.is_empty() {
+            break;
+        }
+        for e in v {
+            *count.entry(e.name).or_default() += 1;
+        }
+        chunk += 1;
+        // new names sorting before and after the others, and two removals: one already
+        // listed, one (probably) not yet
+        fs::write(d.join(format!("a-new-{chunk}")), b"").unwrap();
+        fs::write(d.join(format!("z-new-{chunk}")), b"").unwrap();
+        added += 2;
+        for i in [(chunk * 7919) % N, (chunk * 104_729 + 5000) % N] {
+            let n = name(i);
+            if removed.insert(n.clone().into_bytes()) {
+                sys::unlink(d.join(&n)).unwrap();
+            }
+        }
+    }
+    assert!(chunk > 20, "the listing took only {chunk} getdents calls");
+    let dups: Vec<_> = count
+        .iter()
+        .filter(|(_, &c)| c > 1)
+        .map(|(n, _)| OsStr::from_bytes(n))
+        .collect();
+    assert!(
+        dups.is_empty(),
+        "listed more than once: {:?}",
+        &dups[..dups.len().min(10)]
+    );
+    let missing: Vec<_> = (0..N)
+        .map(name)
+        .filter(|n| !removed.contains(n.as_bytes()) && !count.contains_key(n.as_bytes()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} unchanged entries never listed, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    // Afterwards the directory holds exactly the survivors.
+    assert_eq!(names(&d).len(), N - removed.len() + added);
+}
+
+#[test]
+fn readdir_resumes_with_telldir_seekdir() {
+    let fs = TestFs::new();
+    let d = fs.join("d");
+    sys::mkdir(&d, 0o755).unwrap();
+    for i in 0..500 {
+        fs::write(d.join(format!("f{i}")), b"").unwrap();
+    }
+    let mut s = DirStream::open(&d).unwrap();
+    let mut order = Vec::new();
+    let mut marks = Vec::new(); // (position, index in order of the next name)
+    loop {
+        if order.len() % 37 == 0 {
+            marks.push((s.tell(), order.len()));
+        }
+        match s.next_name() {
+            Some(n) => order.push(n),
+            None => break,
+        }
+    }
+    assert_eq!(order.len(), 502);
+    assert_eq!(
+        order.iter().collect::<HashSet<_>>().len(),
+        502,
+        "duplicates in one listing"
+    );
+    // Seeking back to any remembered position resumes with the same names, in any order.
+    for &(pos, idx) in marks.iter().rev().chain(marks.iter()) {
+        s.seek(pos);
+        for k in 0..5 {
+            assert_eq!(
+                s.next_name().as_ref(),
+                order.get(idx + k),
+                "after seekdir to the mark at #{idx}, name #{}",
+                idx + k
+            );
+        }
+    }
+    // rewinddir starts over.
+    s.rewind();
+    let again: Vec<_> = std::iter::from_fn(|| s.next_name()).collect();
+    assert_eq!(again, order);
+}
+
+#[test]
+fn name_length_limits() {
+    let mut fs = TestFs::new();
+    let n255 = "n".repeat(255);
+    let n256 = "n".repeat(256);
+    let utf8_255 = "é".repeat(127) + "x"; // 254 + 1 bytes
+    assert_eq!(utf8_255.len(), 255);
+    fs::write(fs.join(&n255), b"max").unwrap();
+    sys::mkdir(fs.join(format!("d{}", &n255[1..])), 0o755).unwrap();
+    fs::write(fs.join(&utf8_255), b"utf8").unwrap();
+    let listed = names(fs.path());
+    assert!(listed.contains(&n255.clone().into_bytes()));
+    assert!(listed.contains(&utf8_255.clone().into_bytes()));
+    assert_eq!(fs::read(fs.join(&n255)).unwrap(), b"max");
+
+    assert_errno!(
+        open(fs.join(&n256), libc::O_CREAT | libc::O_WRONLY, 0o644),
+        libc::ENAMETOOLONG
+    );
+    assert_errno!(sys::mkdir(fs.join(&n256), 0o755), libc::ENAMETOOLONG);
+    assert_errno!(fs::symlink_metadata(fs.join(&n256)), libc::ENAMETOOLONG);
+    assert_errno!(sys::symlink("t", fs.join(&n256)), libc::ENAMETOOLONG);
+    assert_errno!(
+        sys::link(fs.join(&n255), fs.join(&n256)),
+        libc::ENAMETOOLONG
+    );
+    assert_errno!(rename(fs.join(&n255), fs.join(&n256)), libc::ENAMETOOLONG);
+    assert_errno!(mkfifo(fs.join(&n256), 0o644), libc::ENAMETOOLONG);
+    assert_eq!(
+        fs::read(fs.join(&n255)).unwrap(),
+        b"max",
+        "failed rename left the source"
+    );
+
+    fs.remount();
+    assert_eq!(fs::read(fs.join(&n255)).unwrap(), b"max");
+    assert_eq!(fs::read(fs.join(&utf8_255)).unwrap(), b"utf8");
+    sys::unlink(fs.join(&n255)).unwrap();
+    assert_errno!(fs::symlink_metadata(fs.join(&n255)), libc::ENOENT);
+}
+
+#[test]
+fn many_names_in_many_directories_survive_remount() {
+    // A directory tree big enough to split B-epsilon tree nodes many times, with names that
+    // share long prefixes, then partial deletion.
+    let mut fs = TestFs::new();
+    let mut expect: Vec<String> = Vec::new();
+    for d in 0..20 {
+        sys::mkdir(fs.join(format!("dir{d}")), 0o755).unwrap();
+        for i in 0..300 {
+            let n = format!("dir{d}/{}{i}", "common-prefix-".repeat(1 + i % 5));
+            fs::write(fs.join(&n), n.as_bytes()).unwrap();
+            expect.push(n);
+        }
+    }
+    // Remove every third.
+    let mut kept = Vec::new();
+    for (k, n) in expect.into_iter().enumerate() {
+        if k % 3 == 0 {
+            sys::unlink(fs.join(&n)).unwrap();
+        } else {
+            kept.push(n);
+        }
+    }
+    let check = |fs: &TestFs| {
+        let mut total = 0;
+        for d in 0..20 {
+            total += names(fs.join(format!("dir{d}"))).len();
+        }
+        assert_eq!(total, kept.len());
+        for n in &kept {
+            assert_eq!(fs::read(fs.join(n)).unwrap(), n.as_bytes(), "{n}");
+        }
+    };
+    check(&fs);
+    fs.remount();
+    check(&fs);
+}

@@ -1,0 +1,310 @@
+//! Permissions as other users (mounted with allow_other,default_permissions): access(2),
+//! reading, creating, searching, the sticky bit, ownership of new files, setgid directories,
+//! time-stamp permissions, and setuid clearing on write.
+
+#[macro_use]
+mod common;
+
+use common::user::{as_user, as_user_groups, ALICE, BOB};
+use common::*;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+/// A directory owned by `owner` with `mode`.
+fn dir_of(p: &Path, (uid, gid): (u32, u32), mode: u32) {
+    sys::mkdir(p, 0o700).unwrap();
+    chown(p, uid, gid).unwrap();
+    chmod(p, mode).unwrap();
+}
+
+/// A file owned by `owner` with `mode` and some content.
+fn file_of(p: &Path, (uid, gid): (u32, u32), mode: u32) {
+    fs::write(p, b"content").unwrap();
+    chown(p, uid, gid).unwrap();
+    chmod(p, mode).unwrap();
+}
+
+#[test]
+fn access_as_root_and_as_another_user() {
+    let fs = TestFs::new();
+    let root = (0, 0);
+    let none = fs.join("none");
+    file_of(&none, root, 0o000);
+    let exec = fs.join("exec");
+    file_of(&exec, root, 0o100);
+    let public = fs.join("public");
+    file_of(&public, root, 0o644);
+
+    // Root reads and writes anything, but executes only what has some x bit.
+    access(&none, libc::R_OK | libc::W_OK).unwrap();
+    assert_errno!(access(&none, libc::X_OK), libc::EACCES);
+    access(&exec, libc::X_OK).unwrap();
+    access(&public, libc::F_OK).unwrap();
+    assert_errno!(access(fs.join("missing"), libc::F_OK), libc::ENOENT);
+
+    let (u, g) = ALICE;
+    as_user(u, g, || {
+        access(&public, libc::R_OK).unwrap();
+        assert_errno!(access(&public, libc::W_OK), libc::EACCES);
+        assert_errno!(access(&public, libc::X_OK), libc::EACCES);
+        assert_errno!(access(&none, libc::R_OK), libc::EACCES);
+        assert_errno!(access(&exec, libc::X_OK), libc::EACCES);
+        access(&none, libc::F_OK).unwrap();
+    });
+    // Group and other classes: the group class applies to members, even if "other" allows more.
+    let g_file = fs.join("grp");
+    file_of(&g_file, (0, 500), 0o604);
+    as_user(u, g, || access(&g_file, libc::R_OK)).unwrap();
+    assert_errno!(
+        as_user(u, 500, || access(&g_file, libc::R_OK)),
+        libc::EACCES
+    );
+}
+
+#[test]
+fn reading_and_writing_others_files() {
+    let fs = TestFs::new();
+    let secret = fs.join("secret");
+    file_of(&secret, ALICE, 0o600);
+    let shared = fs.join("shared");
+    file_of(&shared, ALICE, 0o644);
+    let (a, ag) = ALICE;
+    let (b, bg) = BOB;
+    assert_eq!(as_user(a, ag, || fs::read(&secret)).unwrap(), b"content");
+    assert_errno!(as_user(b, bg, || fs::read(&secret)), libc::EACCES);
+    assert_errno!(
+        as_user(b, bg, || open(&secret, libc::O_WRONLY, 0)),
+        libc::EACCES
+    );
+    assert_eq!(as_user(b, bg, || fs::read(&shared)).unwrap(), b"content");
+    assert_errno!(
+        as_user(b, bg, || open(&shared, libc::O_WRONLY, 0)),
+        libc::EACCES
+    );
+    assert_errno!(
+        as_user(b, bg, || open(&shared, libc::O_WRONLY | libc::O_TRUNC, 0)),
+        libc::EACCES
+    );
+    assert_errno!(as_user(b, bg, || truncate(&shared, 0)), libc::EACCES);
+    assert_eq!(
+        fs::read(&shared).unwrap(),
+        b"content",
+        "nothing was changed"
+    );
+    // Root may do all of it.
+    assert_eq!(fs::read(&secret).unwrap(), b"content");
+}
+
+#[test]
+fn creating_and_removing_in_others_directories() {
+    let fs = TestFs::new();
+    let (a, ag) = ALICE;
+    let (b, bg) = BOB;
+    let home = fs.join("alice");
+    dir_of(&home, ALICE, 0o755);
+    file_of(&home.join("f"), ALICE, 0o666);
+    as_user(b, bg, || {
+        assert_errno!(
+            open(home.join("new"), libc::O_CREAT | libc::O_WRONLY, 0o644),
+            libc::EACCES
+        );
+        assert_errno!(sys::mkdir(home.join("sub"), 0o755), libc::EACCES);
+        assert_errno!(sys::symlink("x", home.join("sl")), libc::EACCES);
+        assert_errno!(mkfifo(home.join("p"), 0o644), libc::EACCES);
+        assert_errno!(sys::unlink(home.join("f")), libc::EACCES);
+        assert_errno!(rename(home.join("f"), home.join("g")), libc::EACCES);
+        assert_errno!(sys::link(home.join("f"), home.join("h")), libc::EACCES);
+        // Writing the 0666 file itself is fine: the directory does not matter for that.
+        fs::OpenOptions::new()
+            .write(true)
+            .open(home.join("f"))
+            .unwrap()
+            .write_all(b"b")
+            .unwrap();
+    });
+    assert_eq!(names(&home), vec![b"f".to_vec()]);
+    // The owner may.
+    as_user(a, ag, || {
+        fs::write(home.join("new"), b"").unwrap();
+        rename(home.join("new"), home.join("renamed")).unwrap();
+        sys::unlink(home.join("renamed")).unwrap();
+    });
+    // Search permission: a 0700 directory hides its entries, 0711 allows lookups but not
+    // listing.
+    chmod(&home, 0o700).unwrap();
+    assert_errno!(
+        as_user(b, bg, || fs::symlink_metadata(home.join("f"))),
+        libc::EACCES
+    );
+    chmod(&home, 0o711).unwrap();
+    as_user(b, bg, || fs::symlink_metadata(home.join("f"))).unwrap();
+    assert_errno!(
+        as_user(b, bg, || fs::read_dir(&home).map(|_| ())),
+        libc::EACCES
+    );
+    // A world-writable directory accepts anyone.
+    let open_dir = fs.join("open");
+    dir_of(&open_dir, (0, 0), 0o777);
+    as_user(b, bg, || fs::write(open_dir.join("bobs"), b"")).unwrap();
+}
+
+#[test]
+fn sticky_directory() {
+    let fs = TestFs::new();
+    let carol = (1003, 1003);
+    let tmp = fs.join("tmp");
+    dir_of(&tmp, carol, 0o1777);
+    let (a, ag) = ALICE;
+    let (b, bg) = BOB;
+    as_user(a, ag, || {
+        fs::write(tmp.join("alices"), b"a").unwrap();
+        fs::write(tmp.join("alices2"), b"a").unwrap();
+        fs::write(tmp.join("alices3"), b"a").unwrap();
+        chmod(tmp.join("alices"), 0o666).unwrap();
+    });
+    as_user(b, bg, || {
+        // Others' files cannot be removed or renamed away, even when writable.
+        assert_errno!(sys::unlink(tmp.join("alices")), libc::EPERM);
+        assert_errno!(rename(tmp.join("alices"), tmp.join("mine")), libc::EPERM);
+        fs::write(tmp.join("bobs"), b"b").unwrap();
+        // Nor replaced by a rename onto them.
+        assert_errno!(rename(tmp.join("bobs"), tmp.join("alices")), libc::EPERM);
+        // Own files are fine.
+        rename(tmp.join("bobs"), tmp.join("bobs2")).unwrap();
+        sys::unlink(tmp.join("bobs2")).unwrap();
+    });
+    as_user(a, ag, || sys::unlink(tmp.join("alices"))).unwrap();
+    // The directory's owner and root may remove anyone's files.
+    as_user(carol.0, carol.1, || sys::unlink(tmp.join("alices2"))).unwrap();
+    sys::unlink(tmp.join("alices3")).unwrap();
+    assert_eq!(names(&tmp), Vec::<Vec<u8>>::new());
+    assert_eq!(perm(&lstat(&tmp)), 0o1777);
+}
+
+#[test]
+fn new_files_belong_to_the_caller() {
+    let mut fs = TestFs::new();
+    let d = fs.join("pub");
+    dir_of(&d, (0, 0), 0o777);
+    let (a, _) = ALICE;
+    let g = 3000; // a primary group different from the uid
+    as_user(a, g, || {
+        fs::write(d.join("file"), b"").unwrap();
+        sys::mkdir(d.join("dir"), 0o755).unwrap();
+        sys::symlink("file", d.join("link")).unwrap();
+        mkfifo(d.join("fifo"), 0o644).unwrap();
+        sys::link(d.join("file"), d.join("hard")).unwrap();
+    });
+    let check = |fs: &TestFs| {
+        for n in ["file", "dir", "link", "fifo", "hard"] {
+            let m = lstat(fs.join("pub").join(n));
+            assert_eq!((m.uid(), m.gid()), (a, g), "owner of {n}");
+        }
+        assert!(lstat(fs.join("pub/fifo")).file_type().is_fifo());
+    };
+    check(&fs);
+    fs.remount();
+    check(&fs);
+}
+
+#[test]
+fn setgid_directory_passes_its_group_on() {
+    let mut fs = TestFs::new();
+    let team = 4000;
+    let d = fs.join("team");
+    dir_of(&d, (0, team), 0o2775);
+    let (a, ag) = ALICE;
+    as_user_groups(a, ag, &[ag, team], || {
+        fs::write(d.join("f"), b"").unwrap();
+        sys::mkdir(d.join("sub"), 0o755).unwrap();
+        sys::mkdir(d.join("sub/deeper"), 0o700).unwrap();
+        fs::write(d.join("sub/deeper/g"), b"").unwrap();
+        mkfifo(d.join("p"), 0o644).unwrap();
+    });
+    // And as root.
+    fs::write(d.join("rootfile"), b"").unwrap();
+    let check = |fs: &TestFs| {
+        let d = fs.join("team");
+        for f in ["f", "sub/deeper/g", "p", "rootfile"] {
+            let m = lstat(d.join(f));
+            assert_eq!(m.gid(), team, "group of {f}");
+            assert_eq!(
+                m.mode() & libc::S_ISGID,
+                0,
+                "{f} must not get the setgid bit"
+            );
+        }
+        assert_eq!(lstat(d.join("f")).uid(), a);
+        for sub in ["sub", "sub/deeper"] {
+            let m = lstat(d.join(sub));
+            assert_eq!(m.gid(), team, "group of {sub}");
+            assert_ne!(
+                m.mode() & libc::S_ISGID,
+                0,
+                "{sub} must inherit the setgid bit"
+            );
+        }
+    };
+    check(&fs);
+    fs.remount();
+    check(&fs);
+    // Without setgid the caller's group is used.
+    chmod(&d, 0o775).unwrap();
+    as_user_groups(a, ag, &[ag, team], || fs::write(d.join("plain"), b"")).unwrap();
+    assert_eq!(lstat(d.join("plain")).gid(), ag);
+}
+
+#[test]
+fn time_stamp_permissions() {
+    let fs = TestFs::new();
+    let (b, bg) = BOB;
+    let rw = fs.join("rw");
+    file_of(&rw, ALICE, 0o666);
+    let ro = fs.join("ro");
+    file_of(&ro, ALICE, 0o644);
+    as_user(b, bg, || {
+        // Explicit times: owner only.
+        assert_errno!(
+            utimens(&rw, SetTs::At(1, 0), SetTs::At(1, 0), false),
+            libc::EPERM
+        );
+        // "Now": anyone who may write.
+        utimens(&rw, SetTs::Now, SetTs::Now, false).unwrap();
+        assert_errno!(utimens(&ro, SetTs::Now, SetTs::Now, false), libc::EACCES);
+    });
+    let (a, ag) = ALICE;
+    as_user(a, ag, || {
+        utimens(&ro, SetTs::At(5, 6), SetTs::At(7, 8), false)
+    })
+    .unwrap();
+    assert_eq!(mtime(&lstat(&ro)), (7, 8));
+}
+
+#[test]
+fn writing_clears_setuid_and_setgid() {
+    let fs = TestFs::new();
+    let d = fs.join("d");
+    dir_of(&d, ALICE, 0o755);
+    let f = d.join("prog");
+    file_of(&f, ALICE, 0o6777);
+    let (b, bg) = BOB;
+    as_user(b, bg, || {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .write_all(b"x")
+            .unwrap();
+    });
+    assert_eq!(
+        perm(&lstat(&f)),
+        0o777,
+        "a write by another user clears setuid/setgid"
+    );
+    // Truncation by a non-owner too.
+    chmod(&f, 0o4777).unwrap();
+    as_user(b, bg, || truncate(&f, 0)).unwrap();
+    assert_eq!(perm(&lstat(&f)), 0o777, "truncate clears setuid");
+}
