@@ -106,13 +106,31 @@ fn garbage_images_are_refused() {
 fn damaged_superblocks_are_refused() {
     dualfs_only!();
     let img = Images::new();
-    // One flipped bit in the label: the CRC no longer holds.
+    // One flipped bit in the label of the superblock and of every copy in the log (located
+    // as docs/FORMAT.md says), so that no superblock policy can find a good one: CRCs fail.
     let (m, d) = img.pair("");
     let mut b = fs::read(&m).unwrap();
-    b[104] ^= 1;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    assert_eq!(&b[..8], b"DUALFSSB", "mkfs wrote no superblock magic");
+    let (bs, seg) = (u32_at(&b, 36) as usize, u32_at(&b, 56) as usize);
+    let copies = u32_at(&b, 136) as usize;
+    let mut at = vec![0usize];
+    for i in 0..copies.min(8) {
+        at.push(u64_at(&b, 144 + 8 * i) as usize * seg * bs);
+    }
+    for a in at {
+        assert_eq!(&b[a..a + 8], b"DUALFSSB", "no superblock copy at byte {a}");
+        b[a + 104] ^= 1;
+    }
     fs::write(&m, &b).unwrap();
     drop(b);
-    refuse("META superblock with a bad CRC", &img, &[&m, &d], &[&m, &d]);
+    refuse(
+        "META superblocks (all copies) with bad CRCs",
+        &img,
+        &[&m, &d],
+        &[&m, &d],
+    );
     // A META device smaller than its superblock says.
     let (m2, d2) = img.pair("short-");
     fs::OpenOptions::new()
