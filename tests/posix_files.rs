@@ -152,7 +152,7 @@ fn fsync_fdatasync_and_syncfs_succeed() {
     fsync(&d).expect("fsync of a directory");
     let r = fs::File::open(&f).unwrap();
     fsync(&r).expect("fsync of a read-only descriptor");
-    syncfs(fs.path());
+    sync_fs(fs.path());
     assert_eq!(lstat(&f).len(), 100_004);
 }
 
@@ -280,7 +280,7 @@ fn open_unlinked_file_stays_usable() {
     let data = content(4, 4 << 20);
     h.write_all(&data).unwrap();
     h.sync_all().unwrap();
-    syncfs(fs.path());
+    sync_fs(fs.path());
     let free_with_file = statvfs(fs.path()).f_bfree;
     sys::unlink(&f).unwrap();
 
@@ -307,7 +307,7 @@ fn open_unlinked_file_stays_usable() {
     let freed = wait_for(
         Duration::from_secs(10),
         || {
-            syncfs(fs.path());
+            sync_fs(fs.path());
             statvfs(fs.path()).f_bfree
         },
         |free| free >= free_with_file + (3 << 20) / statvfs(fs.path()).f_frsize,
@@ -367,7 +367,7 @@ fn statfs_tracks_blocks_and_inodes() {
     let ok = wait_for(
         Duration::from_secs(10),
         || {
-            syncfs(fs.path());
+            sync_fs(fs.path());
             statvfs(fs.path()).f_bfree
         },
         |free| free + ten_mib * 99 / 100 <= s0.f_bfree,
@@ -389,7 +389,7 @@ fn statfs_tracks_blocks_and_inodes() {
     let ok = wait_for(
         Duration::from_secs(10),
         || {
-            syncfs(fs.path());
+            sync_fs(fs.path());
             statvfs(fs.path()).f_bfree
         },
         |free| free + 64 >= s0.f_bfree,
@@ -408,7 +408,7 @@ fn statfs_tracks_blocks_and_inodes() {
     for i in 0..200 {
         fs::write(fs.join(format!("many/{i}")), b"").unwrap();
     }
-    syncfs(fs.path());
+    sync_fs(fs.path());
     let i1 = statvfs(fs.path());
     assert!(
         i1.f_ffree + 200 <= i0.f_ffree,
@@ -423,7 +423,7 @@ fn statfs_tracks_blocks_and_inodes() {
         used(&i1)
     );
     fs::remove_dir_all(fs.join("many")).unwrap();
-    syncfs(fs.path());
+    sync_fs(fs.path());
     let i2 = statvfs(fs.path());
     assert!(
         used(&i2) + 200 <= used(&i1),

@@ -440,15 +440,17 @@ impl TestFs {
         }
         self.mounted = false;
         let mut problems = Vec::new();
+        let mut timeout = env_secs("DUALFS_TEST_EXIT_TIMEOUT_SECS", 120);
         if let Err(e) = umount_retry(&self.mnt, env_secs("DUALFS_TEST_UMOUNT_BUSY_SECS", 10)) {
             problems.push(format!(
                 "umount {}: {e} (some descriptor still open?)",
                 self.mnt.display()
             ));
             let _ = sys::umount2(&self.mnt, libc::MNT_DETACH);
+            // Detached but still in use: the daemon will not get its unmount soon.
+            timeout = timeout.min(Duration::from_secs(10));
         }
         if let Some(mut d) = self.daemon.take() {
-            let timeout = env_secs("DUALFS_TEST_EXIT_TIMEOUT_SECS", 120);
             match wait_timeout(&mut d.child, timeout) {
                 Some(st) if st.success() => {}
                 Some(st) if d.watchdog_fired() => problems.push(format!(

@@ -197,7 +197,20 @@ pub fn statvfs(p: impl AsRef<Path>) -> libc::statvfs {
     s
 }
 
-/// `syncfs(2)` on the file system holding `p`.
+/// fsync(2) of a directory (reaches a FUSE file system as FSYNCDIR, unlike syncfs).
+pub fn fsync_dir(p: impl AsRef<Path>) {
+    let d = open(p.as_ref(), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    cvt(unsafe { libc::fsync(d.as_raw_fd()) }).expect("fsync of a directory");
+}
+
+/// Push everything of the file system at `root` out: syncfs(2) (a no-op for plain FUSE
+/// file systems) and an fsync of the root directory (FSYNCDIR reaches the daemon).
+pub fn sync_fs(root: impl AsRef<Path>) {
+    syncfs(root.as_ref());
+    fsync_dir(root.as_ref());
+}
+
+/// `syncfs(2)` on the file system holding `p` (a no-op for plain FUSE file systems).
 pub fn syncfs(p: impl AsRef<Path>) {
     let f = fs::File::open(p.as_ref()).unwrap();
     cvt(unsafe { libc::syncfs(f.as_raw_fd()) }).expect("syncfs");
