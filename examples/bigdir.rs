@@ -17,7 +17,7 @@
 //! - unmount: umount + wait for the daemon's final checkpoint + the checker (DualFS).
 
 #[path = "../tests/common/mod.rs"]
-#[allow(unused_macros, unused_imports, dead_code)]
+#[allow(unused_macros, unused_imports)]
 mod common;
 
 use common::{Backend, TestFs};

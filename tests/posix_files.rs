@@ -162,6 +162,7 @@ fn holes_read_as_zeros() {
     let f = fs.join("sparse");
     let h = fs::OpenOptions::new()
         .create(true)
+        .truncate(true)
         .read(true)
         .write(true)
         .open(&f)
@@ -210,6 +211,7 @@ fn indirect_block_boundaries() {
     ];
     let h = fs::OpenOptions::new()
         .create(true)
+        .truncate(true)
         .read(true)
         .write(true)
         .open(&f)
@@ -484,6 +486,7 @@ fn random_io_matches_model() {
         .map(|p| {
             fs::OpenOptions::new()
                 .create(true)
+                .truncate(true)
                 .read(true)
                 .write(true)
                 .open(p)
@@ -548,10 +551,10 @@ fn random_io_matches_model() {
     }
     drop(handles);
     let check = |fs: &TestFs| {
-        for i in 0..FILES {
+        for (i, want) in model.iter().enumerate() {
             let got = fs::read(fs.join(format!("m{i}"))).unwrap();
-            assert_eq!(got.len(), model[i].len(), "size of m{i}");
-            assert!(got == model[i], "content of m{i}");
+            assert_eq!(got.len(), want.len(), "size of m{i}");
+            assert!(got == *want, "content of m{i}");
         }
     };
     check(&fs);

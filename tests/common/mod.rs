@@ -359,7 +359,12 @@ impl TestFs {
         let timeout = env_secs("DUALFS_TEST_MOUNT_TIMEOUT_SECS", 30);
         let start = Instant::now();
         loop {
-            if is_mounted(&self.mnt) {
+            if let Some(ty) = mount_type(&self.mnt) {
+                assert!(
+                    ty == "fuse" || ty.starts_with("fuse."),
+                    "{} is mounted as {ty:?}, not as a FUSE file system",
+                    self.mnt.display()
+                );
                 return;
             }
             let d = self.daemon.as_mut().unwrap();
@@ -790,7 +795,7 @@ impl ByteStream {
 
 /// Content of file `id` of `len` bytes: seeded, so it can be regenerated to compare.
 pub fn content(id: u64, len: usize) -> Vec<u8> {
-    ByteStream::new(id ^ 0x5EED_0F_C0DE).bytes(len)
+    ByteStream::new(id ^ 0x005E_ED0F_C0DE).bytes(len)
 }
 
 /// Return early (loudly) from a test that only means something on DualFS when a kernel backend
