@@ -160,13 +160,7 @@ fn fsync_fdatasync_and_syncfs_succeed() {
 fn holes_read_as_zeros() {
     let fs = TestFs::new();
     let f = fs.join("sparse");
-    let h = fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(&f)
-        .unwrap();
+    let h = open(&f, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
     // A hole inside a block.
     h.write_all_at(b"a", 0).unwrap();
     h.write_all_at(b"b", 100).unwrap();
@@ -209,13 +203,7 @@ fn indirect_block_boundaries() {
         300_000,
         131_355_095,
     ];
-    let h = fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(&f)
-        .unwrap();
+    let h = open(&f, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
     for &n in &blocks {
         h.write_all_at(&content(n, B as usize), n * B).unwrap();
     }
@@ -483,15 +471,7 @@ fn random_io_matches_model() {
     let mut model: Vec<Vec<u8>> = vec![Vec::new(); FILES];
     let mut handles: Vec<fs::File> = paths
         .iter()
-        .map(|p| {
-            fs::OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .read(true)
-                .write(true)
-                .open(p)
-                .unwrap()
-        })
+        .map(|p| open(p, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap())
         .collect();
     for step in 0..3000u64 {
         let i = rng.gen_range(0..FILES);

@@ -388,17 +388,10 @@ pub struct CompareStats {
 
 /// Compare `expected` with `actual`; panic with a readable list of differences.
 pub fn compare_trees(expected: &Path, actual: &Path, opts: CompareOpts) -> CompareStats {
-    let mut c = Comparer {
-        opts,
-        diffs: Vec::new(),
-        inodes: HashMap::new(),
-        seen: Default::default(),
-        stats: CompareStats::default(),
-    };
-    c.dir(expected, actual, Path::new(""));
-    if !c.diffs.is_empty() {
-        let n = c.diffs.len();
-        let shown: Vec<_> = c.diffs.iter().take(60).cloned().collect();
+    let (diffs, stats) = run_compare(expected, actual, opts);
+    if !diffs.is_empty() {
+        let n = diffs.len();
+        let shown: Vec<_> = diffs.iter().take(60).cloned().collect();
         panic!(
             "{n} difference(s) between {} (expected) and {} (actual):\n  {}{}",
             expected.display(),
@@ -407,11 +400,15 @@ pub fn compare_trees(expected: &Path, actual: &Path, opts: CompareOpts) -> Compa
             if n > 60 { "\n  ..." } else { "" }
         );
     }
-    c.stats
+    stats
 }
 
 /// The differences, as a list, instead of a panic (for the harness self-test).
 pub fn tree_diffs(expected: &Path, actual: &Path, opts: CompareOpts) -> Vec<String> {
+    run_compare(expected, actual, opts).0
+}
+
+fn run_compare(expected: &Path, actual: &Path, opts: CompareOpts) -> (Vec<String>, CompareStats) {
     let mut c = Comparer {
         opts,
         diffs: Vec::new(),
@@ -420,7 +417,7 @@ pub fn tree_diffs(expected: &Path, actual: &Path, opts: CompareOpts) -> Vec<Stri
         stats: CompareStats::default(),
     };
     c.dir(expected, actual, Path::new(""));
-    c.diffs
+    (c.diffs, c.stats)
 }
 
 struct Comparer {
