@@ -31,7 +31,7 @@ impl Fs {
     }
 
     pub fn setattr(&self, _caller: &Caller, ino: u64, set: &SetAttr) -> Result<Attr> {
-        self.writable()?;
+        self.admit()?;
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
         if let Some(size) = set.size {

@@ -109,7 +109,7 @@ impl Fs {
         rdev: u32,
         target: Option<&[u8]>,
     ) -> Result<Arc<InodeEntry>> {
-        self.writable()?;
+        self.admit()?;
         check_name(name)?;
         let kind = FileKind::from_mode(mode).ok_or(FsError::Errno(libc::EINVAL))?;
         let pe = self.dir(parent)?;
@@ -350,7 +350,7 @@ impl Fs {
         new_parent: u64,
         new_name: &[u8],
     ) -> Result<Attr> {
-        self.writable()?;
+        self.admit()?;
         check_name(new_name)?;
         let ce = self.inode(ino)?;
         if ce.state.read().d.mode & libc::S_IFMT == libc::S_IFDIR {

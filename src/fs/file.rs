@@ -51,7 +51,7 @@ impl Fs {
             return Err(FsError::Errno(libc::EISDIR));
         }
         if writing {
-            self.writable()?;
+            self.admit()?;
         }
         if flags & libc::O_TRUNC != 0 && kind == Some(FileKind::Regular) {
             let _op = e.op.lock_arc();
@@ -133,6 +133,11 @@ impl Fs {
                 Err(need) => self.load_ptr(e, need)?,
             }
         }
+    }
+
+    /// Load the indirect blocks on the path to file block `n` (for the cleaner).
+    pub(crate) fn resolve_for_clean(&self, e: &InodeEntry, n: u64) -> Result<()> {
+        self.resolve(e, n).map(|_| ())
     }
 
     /// Cache every indirect block that maps file blocks `>= from` (before freeing them).
@@ -313,7 +318,7 @@ impl Fs {
 
     /// Returns the number of bytes written (all of `data` unless an error).
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.writable()?;
+        self.admit()?;
         let h = self.handle(fh)?;
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();

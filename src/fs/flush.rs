@@ -137,7 +137,7 @@ impl Fs {
         }
         let per_block = inodes_per_block(bs);
         let nblocks = n_ptr + n_sym + n_nodes + n_inodes.div_ceil(per_block);
-        let max_records = n_records + n_ptr + self.tree.freed_count();
+        let max_records = n_records + n_ptr + n_sym + self.tree.freed_count();
         let plan = fl.writer.plan(&self.tables.lock(), nblocks, max_records)?;
 
         // From here on the snapshot is taken: nothing may fail until it is written.
@@ -191,6 +191,10 @@ impl Fs {
             if let Some(target) = st.new_target.take() {
                 for (k, part) in target.chunks(symlink_bytes_per_block(bs)).enumerate() {
                     let a = addrs.next().expect("plan covers every block");
+                    // A target rewritten by the cleaner leaves its old block behind.
+                    if st.d.direct[k] != 0 {
+                        dead.push(st.d.direct[k]);
+                    }
                     st.d.direct[k] = a;
                     pending.push(Pending::Symlink {
                         ino: e.ino,
@@ -377,6 +381,11 @@ impl Fs {
             drop(fl);
             if let Err(e) = r {
                 log::warn!("periodic log write: {e}");
+            }
+            if me.clean_segments_count() < me.low_water_segments() {
+                if let Err(e) = me.clean_pass(crate::clean::Policy::CostBenefit, 4) {
+                    log::warn!("background cleaning: {e}");
+                }
             }
             me.trim_caches();
         }

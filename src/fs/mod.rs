@@ -8,6 +8,7 @@
 
 mod attr;
 mod bmap;
+pub mod clean;
 mod dir;
 mod file;
 mod flush;
@@ -110,6 +111,8 @@ pub struct Fs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     rename_lock: Mutex<()>,
+    /// One cleaning pass at a time.
+    cleaning: Mutex<()>,
     stats: Mutex<Stats>,
     stop: (Mutex<bool>, Condvar),
     background: Mutex<Option<std::thread::JoinHandle<()>>>,

@@ -109,6 +109,7 @@ impl Fs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             rename_lock: Mutex::new(()),
+            cleaning: Mutex::new(()),
             stats: Mutex::new(Stats::default()),
             stop: (Mutex::new(false), Condvar::new()),
             background: Mutex::new(None),

@@ -41,7 +41,7 @@ impl Fs {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
-        self.writable()?;
+        self.admit()?;
         check_name(name)?;
         check_name(new_name)?;
         if flags.noreplace && flags.exchange {

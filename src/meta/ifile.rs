@@ -2,7 +2,7 @@
 
 use super::metafile::MetaFile;
 use crate::format::meta::*;
-use crate::format::{get_u64, IFILE_ID, INODE_SIZE};
+use crate::format::{IFILE_ID, INODE_SIZE};
 use crate::{FsError, Result};
 use std::collections::BTreeSet;
 
@@ -17,6 +17,8 @@ pub struct Ifile {
     /// Free inode numbers below `imap.len()` (never 0).
     pub free: BTreeSet<u64>,
     pub live_inodes: u64,
+    /// Segments that are clean now (kept in step with `usage`).
+    clean: u64,
 }
 
 impl Ifile {
@@ -38,7 +40,9 @@ impl Ifile {
             imap: Vec::new(),
             free: BTreeSet::new(),
             live_inodes: 0,
+            clean: 0,
         };
+        f.clean = f.usage.iter().filter(|u| u.is_clean()).count() as u64;
         f.grow_imap(1);
         f
     }
@@ -151,6 +155,9 @@ impl Ifile {
         }
         u.live_bytes = v as u32;
         if delta > 0 {
+            if u.is_clean() {
+                self.clean -= 1;
+            }
             u.flags |= SEG_DIRTY;
             u.last_mod = now;
         }
@@ -163,7 +170,13 @@ impl Ifile {
         let u = &mut self.usage[segment as usize];
         let f = (u.flags | set) & !clear;
         if f != u.flags {
+            let was = u.is_clean();
             u.flags = f;
+            match (was, u.is_clean()) {
+                (true, false) => self.clean -= 1,
+                (false, true) => self.clean += 1,
+                _ => {}
+            }
             let b = self.usage_block(segment);
             self.file.mark_dirty(b);
         }
@@ -174,7 +187,11 @@ impl Ifile {
     }
 
     pub fn clean_segments(&self) -> u64 {
-        self.usage.iter().filter(|u| u.is_clean()).count() as u64
+        debug_assert_eq!(
+            self.clean,
+            self.usage.iter().filter(|u| u.is_clean()).count() as u64
+        );
+        self.clean
     }
 
     /// The body (block minus header) of IFile block `b`.
@@ -265,7 +282,7 @@ impl Ifile {
                 imap.push(ImapEntry { addr: 0, ..e });
             }
         }
-        let _ = get_u64;
+        let clean = usage.iter().filter(|u| u.is_clean()).count() as u64;
         Ok(Ifile {
             file,
             block_size,
@@ -275,6 +292,7 @@ impl Ifile {
             imap,
             free,
             live_inodes: live,
+            clean,
         })
     }
 

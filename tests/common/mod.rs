@@ -668,8 +668,10 @@ pub fn open_device(path: &Path, read_only: bool) -> FileDevice {
 
 /// mkfs (library) on a pair of devices; panics with the error.
 pub fn mkfs_pair(meta: &Path, data: &Path, p: &dualfs::mkfs::MkfsParams) {
-    let m: std::sync::Arc<dyn dualfs::device::BlockDevice> = std::sync::Arc::new(open_device(meta, false));
-    let d: std::sync::Arc<dyn dualfs::device::BlockDevice> = std::sync::Arc::new(open_device(data, false));
+    let m: std::sync::Arc<dyn dualfs::device::BlockDevice> =
+        std::sync::Arc::new(open_device(meta, false));
+    let d: std::sync::Arc<dyn dualfs::device::BlockDevice> =
+        std::sync::Arc::new(open_device(data, false));
     if let Err(e) = dualfs::mkfs::mkfs(m, d, p) {
         panic!("mkfs({}, {}): {e}", meta.display(), data.display());
     }
