@@ -5,6 +5,7 @@
 //! The core is a plain, thread-safe Rust API (`fs::Fs`); the FUSE adapter (`fuse`) and the
 //! command-line tools are thin shells over it.
 
+pub mod betree;
 pub mod device;
 pub mod error;
 pub mod format;
