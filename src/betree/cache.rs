@@ -1,0 +1,329 @@
+//! The node cache: decoded nodes by id, their dirty and in-flight state, clock eviction, and
+//! the bookkeeping that lets a load done without locks tell whether it went stale.
+//!
+//! Lives inside the tree's `RwLock`. Reads (`node`) need only the shared lock: the clock's
+//! reference bits are atomics and pins sit behind their own small mutex.
+
+use super::node::Node;
+use crate::format::ROOT_NODE_ID;
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// How many recent removals are remembered for stale-load detection.
+const REMOVAL_MEMORY: usize = 4096;
+
+pub(crate) struct CachedNode {
+    /// Shared with `take_dirty` snapshots: nodes are replaced, never changed in place while
+    /// shared (`Arc::make_mut` at most).
+    pub node: Arc<Node>,
+    pub dirty: bool,
+    /// The node has (or is about to have) a block on disk: loaded, or handed to the writer.
+    pub on_disk: bool,
+    /// Clock reference bit.
+    referenced: AtomicBool,
+}
+
+#[derive(Default)]
+pub(crate) struct NodeCache {
+    entries: HashMap<u64, CachedNode>,
+    /// Clock hand order; may hold ids no longer cached (skipped) or twice (harmless).
+    clock: VecDeque<u64>,
+    dirty: BTreeSet<u64>,
+    /// Ids handed out by `take_dirty` and not yet `written`, with the number of such batches.
+    /// Keyed by id rather than entry so that a late `written` can never release a newer copy.
+    in_flight: HashMap<u64, u32>,
+    /// Ids an operation in progress needs to stay cached until it retries, with counts.
+    pins: Mutex<HashMap<u64, u32>>,
+    /// Number of entries removed so far (evicted or freed).
+    removals: u64,
+    /// The last `REMOVAL_MEMORY` removals as (removal number, id).
+    recent_removals: VecDeque<(u64, u64)>,
+}
+
+impl NodeCache {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.entries.contains_key(&id)
+    }
+
+    /// The cached node, noting the use for the clock.
+    pub fn node(&self, id: u64) -> Option<&Arc<Node>> {
+        let entry = self.entries.get(&id)?;
+        if !entry.referenced.load(Ordering::Relaxed) {
+            entry.referenced.store(true, Ordering::Relaxed);
+        }
+        Some(&entry.node)
+    }
+
+    pub fn entry(&self, id: u64) -> Option<&CachedNode> {
+        self.entries.get(&id)
+    }
+
+    pub fn dirty_count(&self) -> usize {
+        self.dirty.len()
+    }
+
+    pub fn dirty_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.dirty.iter().copied()
+    }
+
+    /// Add a node just read from disk.
+    pub fn insert_loaded(&mut self, id: u64, node: Node) {
+        let old = self.entries.insert(
+            id,
+            CachedNode {
+                node: Arc::new(node),
+                dirty: false,
+                on_disk: true,
+                referenced: AtomicBool::new(true),
+            },
+        );
+        assert!(old.is_none(), "node {id} loaded while cached");
+        self.clock.push_back(id);
+    }
+
+    /// Store a node's new content (a new node, or a changed one) and mark it dirty.
+    pub fn store_dirty(&mut self, id: u64, node: Node) {
+        match self.entries.get_mut(&id) {
+            Some(entry) => {
+                entry.node = Arc::new(node);
+                entry.dirty = true;
+                entry.referenced.store(true, Ordering::Relaxed);
+            }
+            None => {
+                self.entries.insert(
+                    id,
+                    CachedNode {
+                        node: Arc::new(node),
+                        dirty: true,
+                        on_disk: false,
+                        referenced: AtomicBool::new(true),
+                    },
+                );
+                self.clock.push_back(id);
+            }
+        }
+        self.dirty.insert(id);
+    }
+
+    /// Change a cached node in place (copying it first if a snapshot shares it); marks it dirty.
+    pub fn modify<R>(&mut self, id: u64, change: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let entry = self.entries.get_mut(&id)?;
+        let result = change(Arc::make_mut(&mut entry.node));
+        entry.dirty = true;
+        self.dirty.insert(id);
+        Some(result)
+    }
+
+    /// Make a cached node dirty; false if it is not cached.
+    pub fn mark_dirty(&mut self, id: u64) -> bool {
+        match self.entries.get_mut(&id) {
+            Some(entry) => {
+                entry.dirty = true;
+                self.dirty.insert(id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forget a freed node; returns whether it may have a block on disk.
+    pub fn discard(&mut self, id: u64) -> bool {
+        self.dirty.remove(&id);
+        match self.entries.remove(&id) {
+            Some(entry) => {
+                self.note_removal(id);
+                entry.on_disk
+            }
+            None => false,
+        }
+    }
+
+    /// Snapshot every dirty node and clear the flags; the nodes stay in flight until written.
+    pub fn take_dirty(&mut self) -> Vec<(u64, Arc<Node>)> {
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut taken = Vec::with_capacity(dirty.len());
+        for id in dirty {
+            let entry = self.entries.get_mut(&id).expect("dirty node is cached");
+            entry.dirty = false;
+            entry.on_disk = true;
+            *self.in_flight.entry(id).or_insert(0) += 1;
+            taken.push((id, Arc::clone(&entry.node)));
+        }
+        taken
+    }
+
+    pub fn written(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some(count) = self.in_flight.get_mut(id) {
+                *count -= 1;
+                if *count == 0 {
+                    self.in_flight.remove(id);
+                }
+            }
+        }
+    }
+
+    pub fn pin(&self, id: u64) {
+        *self.pins.lock().entry(id).or_insert(0) += 1;
+    }
+
+    pub fn unpin(&self, id: u64) {
+        let mut pins = self.pins.lock();
+        if let Some(count) = pins.get_mut(&id) {
+            *count -= 1;
+            if *count == 0 {
+                pins.remove(&id);
+            }
+        }
+    }
+
+    /// Evict clean, settled, unpinned, non-root nodes, by clock, down to `max_nodes` if possible.
+    pub fn evict_to(&mut self, max_nodes: usize) {
+        // Nothing to gain sweeping when every cached node is dirty or the root.
+        if self.entries.len() <= max_nodes || self.entries.len() <= self.dirty.len() + 1 {
+            return;
+        }
+        if self.clock.len() > 2 * self.entries.len() + 64 {
+            self.clock = self.entries.keys().copied().collect();
+        }
+        let pins = self.pins.lock();
+        // Two sweeps: the first may only clear reference bits.
+        let mut budget = 2 * self.clock.len() + 1;
+        while self.entries.len() > max_nodes && budget > 0 {
+            budget -= 1;
+            let Some(id) = self.clock.pop_front() else {
+                break;
+            };
+            let Some(entry) = self.entries.get(&id) else {
+                continue;
+            };
+            let keep = id == ROOT_NODE_ID
+                || entry.dirty
+                || self.in_flight.contains_key(&id)
+                || pins.contains_key(&id);
+            if keep || entry.referenced.swap(false, Ordering::Relaxed) {
+                self.clock.push_back(id);
+                continue;
+            }
+            self.entries.remove(&id);
+            self.removals += 1;
+            self.recent_removals.push_back((self.removals, id));
+            if self.recent_removals.len() > REMOVAL_MEMORY {
+                self.recent_removals.pop_front();
+            }
+        }
+    }
+
+    fn note_removal(&mut self, id: u64) {
+        self.removals += 1;
+        self.recent_removals.push_back((self.removals, id));
+        if self.recent_removals.len() > REMOVAL_MEMORY {
+            self.recent_removals.pop_front();
+        }
+    }
+
+    /// A mark to compare against after an unlocked load.
+    pub fn removal_mark(&self) -> u64 {
+        self.removals
+    }
+
+    /// Was `id` (possibly) removed after `mark`? Then a copy read from disk meanwhile may be
+    /// older than the one that was cached, and must not be inserted.
+    pub fn removed_since(&self, mark: u64, id: u64) -> bool {
+        if self.removals == mark {
+            return false;
+        }
+        match self.recent_removals.front() {
+            Some(&(oldest, _)) if oldest <= mark + 1 => self
+                .recent_removals
+                .iter()
+                .any(|&(number, removed)| number > mark && removed == id),
+            _ => true, // forgotten: assume the worst
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache_with(ids: impl IntoIterator<Item = u64>) -> NodeCache {
+        let mut cache = NodeCache::default();
+        for id in ids {
+            cache.insert_loaded(id, Node::empty_leaf());
+        }
+        cache
+    }
+
+    #[test]
+    fn eviction_spares_root_dirty_in_flight_and_pinned() {
+        let mut cache = cache_with(1..=6);
+        cache.mark_dirty(2);
+        cache.mark_dirty(3);
+        let taken = cache.take_dirty(); // 2 and 3 in flight, clean
+        assert_eq!(taken.len(), 2);
+        cache.mark_dirty(4);
+        cache.pin(5);
+        cache.evict_to(0);
+        let left: Vec<u64> = (1..=6).filter(|&id| cache.contains(id)).collect();
+        assert_eq!(left, vec![1, 2, 3, 4, 5]);
+        cache.written(&[2]);
+        cache.unpin(5);
+        cache.evict_to(0);
+        let left: Vec<u64> = (1..=6).filter(|&id| cache.contains(id)).collect();
+        assert_eq!(left, vec![1, 3, 4]);
+    }
+
+    #[test]
+    fn written_of_an_older_batch_does_not_release_a_newer_one() {
+        let mut cache = cache_with([1, 2]);
+        cache.mark_dirty(2);
+        cache.take_dirty(); // batch 1
+        cache.mark_dirty(2);
+        cache.take_dirty(); // batch 2
+        cache.written(&[2]); // batch 1 done
+        cache.evict_to(0);
+        assert!(cache.contains(2), "batch 2 still in flight");
+        cache.written(&[2]);
+        cache.evict_to(0);
+        assert!(!cache.contains(2));
+    }
+
+    #[test]
+    fn clock_gives_recently_used_nodes_a_second_chance() {
+        let mut cache = cache_with(1..=5);
+        // Loading sets the reference bit; a first sweep only clears the bits.
+        for id in 2..=5 {
+            cache.entries[&id]
+                .referenced
+                .store(false, Ordering::Relaxed);
+        }
+        cache.node(3); // used
+        cache.evict_to(2);
+        assert!(cache.contains(1) && cache.contains(3));
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn removals_are_remembered_for_stale_loads() {
+        let mut cache = cache_with([1, 2, 3]);
+        let mark = cache.removal_mark();
+        assert!(!cache.removed_since(mark, 2));
+        cache.discard(2);
+        assert!(cache.removed_since(mark, 2));
+        assert!(!cache.removed_since(mark, 3));
+        assert!(!cache.removed_since(cache.removal_mark(), 2));
+        // When the memory no longer reaches back to the mark, assume the worst.
+        for id in 10..10 + REMOVAL_MEMORY as u64 + 1 {
+            cache.insert_loaded(id, Node::empty_leaf());
+            cache.discard(id);
+        }
+        assert!(cache.removed_since(mark, 3));
+    }
+}

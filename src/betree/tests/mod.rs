@@ -1,0 +1,7 @@
+//! Tests of the tree as a whole (node-local and format tests sit beside their code).
+
+mod concurrency;
+mod harness;
+mod model;
+mod scale;
+mod unit;

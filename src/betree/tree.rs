@@ -1,0 +1,471 @@
+//! `BeTree`: the public operations, their locking, and loading nodes with no lock held.
+
+use super::cache::NodeCache;
+use super::ids::IdAllocator;
+use super::node::Node;
+use super::policy::Policy;
+use super::read::{self, LeafRange};
+use super::txn::{Changes, Stop, Txn};
+use crate::error::err;
+use crate::format::node::{self as fmt, DirValue, Key, Message, MessageOp};
+use crate::format::{NAME_MAX, ROOT_NODE_ID as ROOT};
+use crate::{FsError, Result};
+use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
+
+/// Reads the on-disk block of a node (the file system's log and node map).
+pub trait NodeLoader: Send + Sync {
+    /// Read the current on-disk block of node `id` (I/O; called with no tree lock held).
+    /// The tree verifies it with `format::node::decode` (header kind NODE, owner == id).
+    fn load_node(&self, id: u64) -> Result<Vec<u8>>;
+}
+
+/// One entry returned by `scan`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanItem {
+    pub hash: u64,
+    pub name: Vec<u8>,
+    pub value: DirValue,
+}
+
+/// What `for_each` calls for every entry: `(dir, hash, name, value)`.
+pub type EntryVisitor<'a> = dyn FnMut(u64, u64, &[u8], DirValue) + 'a;
+
+/// What `take_dirty` hands to the log writer.
+#[derive(Debug, Default)]
+pub struct DirtyNodes {
+    /// Every dirty node as an encoded block, by id.
+    pub nodes: Vec<(u64, Vec<u8>)>,
+    /// Ids freed since the last call (only ids that may have a block on disk).
+    pub freed: Vec<u64>,
+}
+
+/// Everything behind the tree lock.
+pub(crate) struct TreeState {
+    pub cache: NodeCache,
+    pub ids: IdAllocator,
+    /// Mutations committed so far.
+    pub commits: u64,
+}
+
+impl TreeState {
+    fn commit(&mut self, changes: Changes) {
+        for &id in &changes.allocated {
+            self.ids.claim(id);
+        }
+        for (id, node) in changes.stored {
+            self.cache.store_dirty(id, node);
+        }
+        for id in changes.freed {
+            let on_disk = self.cache.discard(id);
+            self.ids.release(id, on_disk);
+        }
+        self.commits += 1;
+    }
+
+    fn mark(&self) -> LoadMark {
+        LoadMark {
+            removals: self.cache.removal_mark(),
+            commits: self.commits,
+        }
+    }
+}
+
+/// The state seen when a node was found missing, to judge a load that happens later.
+#[derive(Clone, Copy)]
+struct LoadMark {
+    removals: u64,
+    commits: u64,
+}
+
+/// The directory index (see the module documentation). `Send + Sync`: lookups and scans run
+/// concurrently; mutations are serialized.
+pub struct BeTree {
+    pub(crate) policy: Policy,
+    hash_seed: u64,
+    cache_nodes: usize,
+    pub(crate) state: RwLock<TreeState>,
+    /// Serializes mutations (and `check`), including while they wait for I/O. Lookups never
+    /// take it.
+    pub(crate) mutator: Mutex<()>,
+}
+
+/// Nodes an operation loaded and needs to stay cached until it finishes.
+struct Pins<'a> {
+    tree: &'a BeTree,
+    ids: Vec<u64>,
+    /// Loads that failed while the tree was changing underneath, retried so far.
+    retried_failures: u32,
+}
+
+impl Drop for Pins<'_> {
+    fn drop(&mut self) {
+        if self.ids.is_empty() {
+            return;
+        }
+        let over_budget = {
+            let state = self.tree.state.read();
+            for &id in &self.ids {
+                state.cache.unpin(id);
+            }
+            state.cache.len() > self.tree.cache_nodes
+        };
+        if over_budget {
+            let mut state = self.tree.state.write();
+            state.cache.evict_to(self.tree.cache_nodes);
+        }
+    }
+}
+
+/// How often a load that failed while the tree kept changing is retried before giving up.
+const MAX_RETRIED_FAILURES: u32 = 16;
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() {
+        return err!(EINVAL);
+    }
+    if name.len() > NAME_MAX {
+        return err!(ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+impl BeTree {
+    fn with_state(block_size: u32, hash_seed: u64, cache_bytes: u64, state: TreeState) -> BeTree {
+        let policy = Policy::new(block_size);
+        BeTree {
+            cache_nodes: (cache_bytes / block_size as u64).min(usize::MAX as u64) as usize,
+            policy,
+            hash_seed,
+            state: RwLock::new(state),
+            mutator: Mutex::new(()),
+        }
+    }
+
+    /// A brand-new empty tree: the root (id 1) is an empty leaf, dirty; next node id 2.
+    pub fn new_empty(block_size: u32, hash_seed: u64, cache_bytes: u64) -> BeTree {
+        let mut cache = NodeCache::default();
+        cache.store_dirty(ROOT, Node::empty_leaf());
+        let state = TreeState {
+            cache,
+            ids: IdAllocator::new(ROOT + 1, []),
+            commits: 0,
+        };
+        BeTree::with_state(block_size, hash_seed, cache_bytes, state)
+    }
+
+    /// An existing tree, nothing loaded yet. Ids at or above `next_node_id` were never used;
+    /// `free_ids` are the ids below it that are free (node map entries of 0).
+    pub fn open(
+        block_size: u32,
+        hash_seed: u64,
+        cache_bytes: u64,
+        next_node_id: u64,
+        free_ids: impl IntoIterator<Item = u64>,
+    ) -> BeTree {
+        let state = TreeState {
+            cache: NodeCache::default(),
+            ids: IdAllocator::new(next_node_id, free_ids),
+            commits: 0,
+        };
+        BeTree::with_state(block_size, hash_seed, cache_bytes, state)
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.policy.block_size as u32
+    }
+
+    pub fn hash(&self, name: &[u8]) -> u64 {
+        fmt::name_hash(self.hash_seed, name)
+    }
+
+    fn key(&self, dir: u64, name: &[u8]) -> Result<Key> {
+        check_name(name)?;
+        Ok(Key::new(dir, self.hash(name), name))
+    }
+
+    pub fn lookup(&self, ld: &dyn NodeLoader, dir: u64, name: &[u8]) -> Result<Option<DirValue>> {
+        let key = self.key(dir, name)?;
+        self.lookup_key(ld, &key)
+    }
+
+    /// Insert or replace.
+    pub fn insert(&self, ld: &dyn NodeLoader, dir: u64, name: &[u8], v: DirValue) -> Result<()> {
+        let key = self.key(dir, name)?;
+        self.insert_key(ld, key, v)
+    }
+
+    /// Delete; no error if absent (callers check existence themselves).
+    pub fn remove(&self, ld: &dyn NodeLoader, dir: u64, name: &[u8]) -> Result<()> {
+        let key = self.key(dir, name)?;
+        self.remove_key(ld, key)
+    }
+
+    pub(crate) fn lookup_key(&self, ld: &dyn NodeLoader, key: &Key) -> Result<Option<DirValue>> {
+        self.read_op(ld, |state| read::lookup(state, key))
+    }
+
+    /// `insert` with the key's hash given (tests force hash collisions with it).
+    pub(crate) fn insert_key(&self, ld: &dyn NodeLoader, key: Key, v: DirValue) -> Result<()> {
+        if !(fmt::KIND_MIN..=fmt::KIND_MAX).contains(&v.kind) {
+            return err!(EINVAL);
+        }
+        self.apply_message(
+            ld,
+            Message {
+                key,
+                op: MessageOp::Insert(v),
+            },
+        )
+    }
+
+    pub(crate) fn remove_key(&self, ld: &dyn NodeLoader, key: Key) -> Result<()> {
+        self.apply_message(
+            ld,
+            Message {
+                key,
+                op: MessageOp::Delete,
+            },
+        )
+    }
+
+    /// Entries of `dir` with hash >= `start_hash`, in key order, at most `max` — except that
+    /// a group of entries sharing one hash is never cut (it is returned whole even if that
+    /// exceeds `max`). `max == 0` returns nothing.
+    pub fn scan(
+        &self,
+        ld: &dyn NodeLoader,
+        dir: u64,
+        start_hash: u64,
+        max: usize,
+    ) -> Result<Vec<ScanItem>> {
+        let mut items: Vec<ScanItem> = Vec::new();
+        if max == 0 {
+            return Ok(items);
+        }
+        let mut start = Key::lowest(dir, start_hash);
+        loop {
+            let range = self.read_op(ld, |state| read::read_leaf_range(state, &start))?;
+            for entry in range.entries {
+                let key = entry.key;
+                let full = items.len() >= max;
+                if key.dir != dir || (full && items.last().is_some_and(|l| l.hash != key.hash)) {
+                    return Ok(items);
+                }
+                items.push(ScanItem {
+                    hash: key.hash,
+                    name: key.name.to_vec(),
+                    value: entry.value,
+                });
+            }
+            match range.next {
+                Some(next) if next.dir == dir => {
+                    // Past the last group already returned? Then it cannot continue there.
+                    let full = items.len() >= max;
+                    if full && items.last().is_some_and(|l| next.hash > l.hash) {
+                        return Ok(items);
+                    }
+                    start = next;
+                }
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// Every entry of the whole tree in key order: `f(dir, hash, name, value)`. Runs leaf by
+    /// leaf, calling `f` with no lock held.
+    pub fn for_each(&self, ld: &dyn NodeLoader, f: &mut EntryVisitor<'_>) -> Result<()> {
+        let mut start = Key::lowest(0, 0);
+        loop {
+            let LeafRange { entries, next } =
+                self.read_op(ld, |state| read::read_leaf_range(state, &start))?;
+            for entry in entries {
+                f(entry.key.dir, entry.key.hash, &entry.key.name, entry.value);
+            }
+            match next {
+                Some(next) => start = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    // --- log writer interface ---
+
+    /// Every dirty node, encoded, plus the ids freed since the last call. Call while no
+    /// mutation runs. Dirty flags are cleared; the nodes stay cached ("in flight") until
+    /// `written` names them. Reported freed ids become reusable now.
+    pub fn take_dirty(&self) -> DirtyNodes {
+        let (snapshots, freed) = {
+            let mut state = self.state.write();
+            let snapshots = state.cache.take_dirty();
+            (snapshots, state.ids.report_freed())
+        };
+        // Encode from the shared snapshots with no lock held; later changes copy on write.
+        let nodes = snapshots
+            .into_iter()
+            .map(|(id, node)| (id, node.encode(id, self.policy.block_size)))
+            .collect();
+        DirtyNodes { nodes, freed }
+    }
+
+    /// Those nodes are on disk where the node map says: they may be evicted.
+    pub fn written(&self, ids: &[u64]) {
+        let mut state = self.state.write();
+        state.cache.written(ids);
+        state.cache.evict_to(self.cache_nodes);
+    }
+
+    /// Make node `id` dirty so the next `take_dirty` rewrites it (how the cleaner moves
+    /// nodes); loads it if needed. ENOENT if `id` is not a node of the tree.
+    pub fn mark_dirty(&self, ld: &dyn NodeLoader, id: u64) -> Result<()> {
+        let _mutator = self.mutator.lock();
+        let mut pins = self.pins();
+        loop {
+            let mark = {
+                let mut state = self.state.write();
+                if !state.ids.in_use(id) {
+                    return err!(ENOENT);
+                }
+                if state.cache.mark_dirty(id) {
+                    return Ok(());
+                }
+                state.mark()
+            };
+            self.load(ld, id, mark, &mut pins)?;
+        }
+    }
+
+    pub fn next_node_id(&self) -> u64 {
+        self.state.read().ids.next()
+    }
+
+    pub fn dirty_count(&self) -> usize {
+        self.state.read().cache.dirty_count()
+    }
+
+    /// Freed ids the next `take_dirty` will report (the log writer sizes its records by it).
+    pub fn freed_count(&self) -> usize {
+        self.state.read().ids.unreported_count()
+    }
+
+    pub fn cached_bytes(&self) -> u64 {
+        self.state.read().cache.len() as u64 * self.policy.block_size as u64
+    }
+
+    // --- machinery ---
+
+    fn pins(&self) -> Pins<'_> {
+        Pins {
+            tree: self,
+            ids: Vec::new(),
+            retried_failures: 0,
+        }
+    }
+
+    /// Run a query under the shared lock, loading missing nodes with no lock held.
+    fn read_op<T>(
+        &self,
+        ld: &dyn NodeLoader,
+        query: impl Fn(&TreeState) -> std::result::Result<T, Stop>,
+    ) -> Result<T> {
+        let mut pins = self.pins();
+        loop {
+            let state = self.state.read();
+            match query(&state) {
+                Ok(found) => return Ok(found),
+                Err(Stop::Fail(e)) => return Err(e),
+                Err(Stop::Miss(id)) => {
+                    let mark = state.mark();
+                    drop(state);
+                    self.load(ld, id, mark, &mut pins)?;
+                }
+            }
+        }
+    }
+
+    fn apply_message(&self, ld: &dyn NodeLoader, message: Message) -> Result<()> {
+        let _mutator = self.mutator.lock();
+        if self.apply_in_place(&message) {
+            return Ok(());
+        }
+        let mut pins = self.pins();
+        loop {
+            let state = self.state.upgradable_read();
+            let mut txn = Txn::new(&state, &self.policy);
+            match txn.apply_at_root(message.clone()) {
+                Ok(()) => {
+                    let changes = txn.finish();
+                    let mut state = RwLockUpgradableReadGuard::upgrade(state);
+                    state.commit(changes);
+                    state.cache.evict_to(self.cache_nodes);
+                    return Ok(());
+                }
+                Err(Stop::Fail(e)) => return Err(e),
+                Err(Stop::Miss(id)) => {
+                    let mark = state.mark();
+                    drop(txn);
+                    drop(state);
+                    self.load(ld, id, mark, &mut pins)?;
+                }
+            }
+        }
+    }
+
+    /// The common case: the root is cached and takes the message without overflowing.
+    fn apply_in_place(&self, message: &Message) -> bool {
+        let mut state = self.state.write();
+        let fits = match state.cache.node(ROOT) {
+            Some(root) => {
+                root.size_with(message) <= self.policy.block_size
+                    && !root.structure_overfull(&self.policy)
+            }
+            None => false,
+        };
+        if fits {
+            state
+                .cache
+                .modify(ROOT, |root| root.apply(vec![message.clone()]));
+            state.commits += 1;
+        }
+        fits
+    }
+
+    /// Read node `id` with no lock held and cache it, pinned for the rest of the operation —
+    /// unless the tree changed in a way that could make the copy read stale; the caller
+    /// retries from the root either way.
+    fn load(&self, ld: &dyn NodeLoader, id: u64, mark: LoadMark, pins: &mut Pins) -> Result<()> {
+        let loaded = ld.load_node(id).and_then(|block| {
+            if block.len() != self.policy.block_size {
+                return Err(FsError::corrupt(
+                    "tree node",
+                    format!("node {id}: block of {} bytes", block.len()),
+                ));
+            }
+            Ok(Node::from_image(fmt::decode(&block, id)?))
+        });
+        let mut state = self.state.write();
+        match loaded {
+            Ok(node) => {
+                if !state.cache.contains(id) {
+                    if state.cache.removed_since(mark.removals, id) {
+                        return Ok(());
+                    }
+                    state.cache.insert_loaded(id, node);
+                }
+                state.cache.pin(id);
+                pins.ids.push(id);
+                state.cache.evict_to(self.cache_nodes);
+                Ok(())
+            }
+            Err(_) if state.cache.contains(id) => Ok(()),
+            // The node may have been freed or moved meanwhile: look again from the root.
+            Err(_)
+                if state.commits != mark.commits
+                    && pins.retried_failures < MAX_RETRIED_FAILURES =>
+            {
+                pins.retried_failures += 1;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
