@@ -178,7 +178,7 @@ fn file_attr(attr: &Attr) -> FileAttr {
 fn set_time(t: TimeOrNow) -> SetTime {
     match t {
         TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(t) => SetTime::At(Timespec::from_system_time(t)),
+        TimeOrNow::SpecificTime(t) => SetTime::At(kernel_time(t)),
     }
 }
 
@@ -295,7 +295,7 @@ impl Filesystem for DualFuse {
             size,
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
-            ctime: ctime.map(Timespec::from_system_time),
+            ctime: ctime.map(kernel_time),
         };
         let result = self.fs.setattr(&caller(req), ino.0, &set);
         self.attr(reply, result, "setattr", ino.0);
@@ -656,6 +656,19 @@ impl Filesystem for DualFuse {
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS);
+    }
+}
+
+/// A time the kernel sent. fuser 0.18 turns a negative (seconds, nanoseconds) pair into
+/// `UNIX_EPOCH - (|seconds| + nanoseconds)` instead of `UNIX_EPOCH - |seconds| + nanoseconds`;
+/// undo that so times before 1970 arrive exactly.
+fn kernel_time(t: std::time::SystemTime) -> Timespec {
+    match std::time::UNIX_EPOCH.duration_since(t) {
+        Ok(before) if !before.is_zero() => Timespec {
+            sec: -(before.as_secs() as i64),
+            nsec: before.subsec_nanos(),
+        },
+        _ => Timespec::from_system_time(t),
     }
 }
 

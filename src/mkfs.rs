@@ -17,6 +17,7 @@ pub const MIN_SEGMENTS: u64 = 16;
 /// Fewest data blocks mkfs accepts.
 pub const MIN_DATA_BLOCKS: u64 = 64;
 
+#[derive(Clone, Debug)]
 pub struct MkfsParams {
     pub block_size: u32,
     pub segment_blocks: u32,

@@ -117,7 +117,7 @@ fn meta_too_small_for_a_superblock() {
 }
 
 #[test]
-#[ignore = "needs core"]
+
 fn meta_of_zeros_with_data_is_refused_by_the_core() {
     let s = Scratch::new();
     for mode in MODES {
@@ -127,7 +127,7 @@ fn meta_of_zeros_with_data_is_refused_by_the_core() {
 }
 
 #[test]
-#[ignore = "needs core"]
+
 fn a_meta_superblock_with_a_data_device_of_zeros_is_not_a_pair() {
     let s = Scratch::new();
     s.write_meta_superblock(1, b"data.img");

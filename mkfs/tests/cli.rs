@@ -522,7 +522,7 @@ fn an_image_attached_to_a_loop_device_is_refused() {
 // ---- These need the core's formatting (src/mkfs.rs) and run once it lands. ----
 
 #[test]
-#[ignore = "needs core mkfs"]
+
 fn formats_two_new_images() {
     let dir = tempfile::tempdir().unwrap();
     let (meta, data) = (dir.path().join("m.img"), dir.path().join("d.img"));
@@ -572,7 +572,7 @@ fn formats_two_new_images() {
 }
 
 #[test]
-#[ignore = "needs core mkfs"]
+
 fn extends_an_existing_image_and_uses_options() {
     let dir = tempfile::tempdir().unwrap();
     let (meta, data) = (dir.path().join("m.img"), dir.path().join("d.img"));
@@ -599,7 +599,7 @@ fn extends_an_existing_image_and_uses_options() {
 }
 
 #[test]
-#[ignore = "needs core mkfs"]
+
 fn formats_block_devices() {
     let (Some(meta), Some(data)) = (LoopDevice::new(128 << 20), LoopDevice::new(128 << 20)) else {
         return;

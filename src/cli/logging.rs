@@ -4,7 +4,7 @@
 use env_logger::{Builder, Env, Target, WriteStyle};
 use std::fs::File;
 
-const DEFAULT_FILTER: &str = "warn,dualfs=info";
+const DEFAULT_FILTER: &str = "warn,dualfs=info,fuser=error";
 
 /// Where log lines go.
 pub enum LogTo {

@@ -3,7 +3,6 @@
 use super::inode::to_disk_time;
 use super::types::*;
 use super::Fs;
-use crate::format::inode::inodes_per_block;
 use crate::format::NAME_MAX;
 use crate::{FsError, Result};
 
@@ -111,10 +110,20 @@ impl Fs {
         self.alive()?;
         let t = self.tables.lock();
         let free = t.data.free_blocks();
-        // Inodes are made on demand; how many more fit is bounded by clean log space.
-        let clean = t.ifile.clean_segments();
+        // Inodes are made on demand: as many more fit as the log has free room for (each
+        // takes 256 bytes of it), less the cleaner's reserve.
+        let seg_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
+        let live: u64 = t
+            .ifile
+            .usage
+            .iter()
+            .skip(1)
+            .map(|u| u.live_bytes as u64)
+            .sum();
+        let room = ((self.sb.segments - 1).saturating_sub(self.reserve_segments()) * seg_bytes)
+            .saturating_sub(live);
         let ffree =
-            clean * self.sb.segment_blocks as u64 * inodes_per_block(self.sb.block_size) as u64 / 2;
+            (room / crate::format::INODE_SIZE as u64).min(u32::MAX as u64 - t.ifile.live_inodes);
         Ok(StatFs {
             blocks: self.sb.data_blocks,
             bfree: free,

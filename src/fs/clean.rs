@@ -173,7 +173,7 @@ impl Fs {
             let st = e.state.read();
             st.d.is_symlink()
                 && st.d.inline.is_none()
-                && st.new_target.is_none()
+                && !st.target_dirty
                 && st.d.direct[index as usize] == a
         };
         if !live {
@@ -185,7 +185,8 @@ impl Fs {
         if st.deleted || st.d.direct[index as usize] != a {
             return Ok(0);
         }
-        st.new_target = Some(std::sync::Arc::new(target));
+        st.long_target = Some(std::sync::Arc::new(target));
+        st.target_dirty = true;
         self.mark_dirty(&e, &mut st);
         Ok(1)
     }

@@ -206,7 +206,8 @@ impl Fs {
         }
         {
             let mut st = e.state.write();
-            st.new_target = long_target;
+            st.target_dirty = long_target.is_some();
+            st.long_target = long_target;
             self.mark_dirty(&e, &mut st);
         }
         {
@@ -328,7 +329,7 @@ impl Fs {
             if let Some(t) = &st.d.inline {
                 return Ok(t.clone());
             }
-            if let Some(t) = &st.new_target {
+            if let Some(t) = &st.long_target {
                 return Ok(t.to_vec());
             }
             (st.d.size as usize, st.d.direct)
@@ -339,6 +340,11 @@ impl Fs {
             let raw = self.read_meta_block(a)?;
             let body = decode_symlink_block(&raw, ino, k as u64)?;
             out.extend_from_slice(&body[..(size - out.len()).min(per)]);
+        }
+        // Targets never change: keep it for the next readlink.
+        let mut st = e.state.write();
+        if st.long_target.is_none() {
+            st.long_target = Some(Arc::new(out.clone()));
         }
         Ok(out)
     }

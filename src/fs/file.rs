@@ -157,7 +157,12 @@ impl Fs {
     /// gate, and has preloaded its indirect blocks). The entry stays as a tombstone until the
     /// log writer has taken the free.
     pub(crate) fn destroy(&self, e: &Arc<InodeEntry>, st: &mut InodeState) {
-        let freed = bmap::free_from(st, 0, self.ppb);
+        // Only regular files own data blocks; a long symlink's pointers are log addresses.
+        let freed = if st.d.mode & libc::S_IFMT == libc::S_IFREG {
+            bmap::free_from(st, 0, self.ppb)
+        } else {
+            bmap::Freed::default()
+        };
         let mut recs = self.records.lock();
         for (start, count) in freed.data {
             recs.push(Record::DFree { start, count });
@@ -181,7 +186,8 @@ impl Fs {
             self.tables.lock().data.unreserve(next, end - next);
         }
         st.deleted = true;
-        st.new_target = None;
+        st.long_target = None;
+        st.target_dirty = false;
         self.mark_dirty(e, st);
         self.ino_alloc.lock().hold(e.ino);
     }

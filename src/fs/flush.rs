@@ -130,7 +130,7 @@ impl Fs {
                 }
             }
             n_ptr += st.ptrs.values().filter(|b| b.dirty).count();
-            if let Some(t) = &st.new_target {
+            if let (true, Some(t)) = (st.target_dirty, &st.long_target) {
                 n_sym += t.len().div_ceil(symlink_bytes_per_block(bs));
             }
             n_inodes += 1;
@@ -188,7 +188,8 @@ impl Fs {
                     }
                 }
             }
-            if let Some(target) = st.new_target.take() {
+            if let (true, Some(target)) = (st.target_dirty, st.long_target.clone()) {
+                st.target_dirty = false;
                 for (k, part) in target.chunks(symlink_bytes_per_block(bs)).enumerate() {
                     let a = addrs.next().expect("plan covers every block");
                     // A target rewritten by the cleaner leaves its old block behind.

@@ -31,8 +31,10 @@ pub struct InodeState {
     pub opens: u32,
     /// Indirect blocks in memory, by (level, first file block mapped).
     pub ptrs: HashMap<(u8, u64), PtrBlock>,
-    /// A long symlink target not yet written (`d.direct[..]` are placeholders until then).
-    pub new_target: Option<Arc<Vec<u8>>>,
+    /// A long symlink target held in memory; `target_dirty` when its blocks must be
+    /// (re)written. It keeps serving readlink while its blocks are being written.
+    pub long_target: Option<Arc<Vec<u8>>>,
+    pub target_dirty: bool,
     /// Data blocks reserved for this file's next writes: [next, end).
     pub window: Option<(u64, u64)>,
 }
@@ -54,7 +56,8 @@ impl InodeEntry {
                 deleted: false,
                 opens: 0,
                 ptrs: HashMap::new(),
-                new_target: None,
+                long_target: None,
+                target_dirty: false,
                 window: None,
             }),
         })

@@ -177,3 +177,58 @@ fn rename_and_errors() {
     assert_eq!(fs.getattr(b.ino).unwrap().nlink, 2);
     fs.unmount().unwrap();
 }
+
+#[test]
+fn many_symlinks_of_every_length_survive() {
+    let (m, d) = devices(64, 16);
+    let fs = mount(&m, &d);
+    let dir = fs.mkdir(&U, ROOT, b"links", 0o755).unwrap();
+    let target = |i: usize| -> Vec<u8> {
+        (0..(i * 37) % 4095 + 1)
+            .map(|j| b'a' + ((i + j) % 26) as u8)
+            .collect()
+    };
+    for i in 0..600 {
+        fs.symlink(&U, dir.ino, format!("l{i}").as_bytes(), &target(i))
+            .unwrap();
+        if i % 97 == 0 {
+            fs.sync().unwrap();
+        }
+    }
+    let check = |fs: &Fs| {
+        for i in 0..600 {
+            let a = fs.lookup(dir.ino, format!("l{i}").as_bytes()).unwrap();
+            assert_eq!(fs.readlink(a.ino).unwrap(), target(i), "link {i}");
+        }
+    };
+    check(&fs);
+    fs.sync().unwrap();
+    check(&fs);
+    fs.unmount().unwrap();
+    let fs = mount(&m, &d);
+    check(&fs);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn removing_long_symlinks_frees_no_data_blocks() {
+    let (m, d) = devices(16, 16);
+    let fs = mount(&m, &d);
+    let free0 = fs.statfs().unwrap().bfree;
+    for i in 0..20 {
+        fs.symlink(
+            &U,
+            ROOT,
+            format!("l{i}").as_bytes(),
+            &vec![b'x'; 300 + i * 150],
+        )
+        .unwrap();
+    }
+    fs.sync().unwrap();
+    for i in 0..20 {
+        fs.unlink(&U, ROOT, format!("l{i}").as_bytes()).unwrap();
+    }
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().unwrap().bfree, free0);
+    fs.unmount().unwrap();
+}

@@ -523,6 +523,15 @@ impl Drop for TestFs {
     fn drop(&mut self) {
         let mut failure = None;
         if std::thread::panicking() {
+            // The daemon's own account of what went wrong is the best clue.
+            let log = self.daemon_log();
+            if !log.is_empty() {
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("--- last lines of the dualfs daemon log ---");
+                for l in tail.iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
             self.cleanup_after_panic();
         } else if self.mounted {
             if let Err(msg) = self.try_unmount() {
