@@ -6,6 +6,7 @@
 //! command-line tools are thin shells over it.
 
 pub mod betree;
+pub mod check;
 pub mod device;
 pub mod error;
 pub mod format;

@@ -24,6 +24,8 @@ pub struct DirtyNodes {
 #[derive(Debug, Default)]
 pub struct TreeStats {
     pub entries: u64,
+    /// Node ids reachable from the root (the stand-in keeps no nodes).
+    pub reachable: Vec<u64>,
 }
 
 pub struct BeTree {
@@ -129,6 +131,7 @@ impl BeTree {
     pub fn check(&self, _ld: &dyn NodeLoader) -> Result<TreeStats> {
         Ok(TreeStats {
             entries: self.map.read().len() as u64,
+            ..Default::default()
         })
     }
 }
