@@ -1,10 +1,10 @@
 //! What a correct file system looks like to the checker: no problems at all.
 
-use super::damage::{layout, read_block, zero_block};
+use super::damage::{parts_after_checkpoint, zero_block};
 use super::image::{file, quiet_mount_options, workload, Image, Mode, BS, MANY, ROOT, U};
 use super::*;
 use crate::format::checkpoint::CP_CLEAN;
-use crate::format::summary::{Summary, SS_CONT};
+use crate::format::summary::SS_CONT;
 use std::sync::OnceLock;
 
 /// The workload image, built once; tests damage copies of it.
@@ -52,7 +52,7 @@ in_both_modes!(
 
 /// A crash after fsync: the newest checkpoint is followed by transactions that roll-forward
 /// applies. The state after roll-forward is as consistent as after an unmount.
-fn crashed_image() -> Image {
+pub fn crashed_image() -> Image {
     let img = Image::fresh();
     let fs = img.mount_with(quiet_mount_options());
     workload(&fs);
@@ -118,34 +118,6 @@ fn report_lists_problems_and_sums_up() {
     );
     assert!(text.ends_with("1 error, 0 warnings"), "{text}");
     assert!(!r.is_clean());
-}
-
-/// Where each partial segment after the newest checkpoint starts, and its summary, as far as
-/// roll-forward would follow them.
-fn parts_after_checkpoint(img: &Image) -> Vec<(u64, Summary)> {
-    let l = layout(img);
-    let (sb, tag) = (&l.sb, l.sb.uuid_tag());
-    let (mut addr, mut serial) = (l.cp.log_head, l.cp.next_serial);
-    let mut parts = Vec::new();
-    while let Ok(n) = Summary::peek_len(&read_block(img, addr), tag) {
-        let raw: Vec<u8> = (0..n as u64)
-            .flat_map(|i| read_block(img, addr + i))
-            .collect();
-        let Ok(s) = Summary::decode(&raw, tag) else {
-            break;
-        };
-        if s.serial != serial || s.ckpt_serial != l.cp.serial {
-            break;
-        }
-        let start = addr;
-        addr += s.total_blocks();
-        if sb.segment_end(sb.segment_of(start)) - addr < 2 {
-            addr = sb.segment_start(s.next_segment);
-        }
-        serial += 1;
-        parts.push((start, s));
-    }
-    parts
 }
 
 in_both_modes!(
@@ -223,3 +195,66 @@ fn each_pass_lists_a_bounded_number_of_problems_unless_verbose() {
     assert!(last.message.contains("more errors"), "{quiet}");
     assert!(quiet.notes.is_empty() && !verbose.notes.is_empty());
 }
+
+/// Write `len` bytes at `offset` into the existing file `ino`.
+fn write_at(fs: &crate::fs::Fs, ino: u64, offset: u64, len: usize) {
+    let fh = fs.open(&U, ino, libc::O_WRONLY).unwrap();
+    fs.write(ino, fh, offset, &super::image::pattern(len, offset))
+        .unwrap();
+    fs.release(ino, fh).unwrap();
+}
+
+in_both_modes!(
+    second_session_stays_clean,
+    second_session_stays_clean_through_the_tree,
+    |mode| {
+        let img = workload_image();
+        // Names are left alone (the stand-in tree forgets them at mount); files are reached
+        // by number. Mount frees the orphan; indirect blocks are read back, changed, moved.
+        let fs = img.mount();
+        let bs = BS as usize;
+        write_at(&fs, img.ino("b/double"), 700 * BS, bs); // deeper into the double tree
+        write_at(&fs, img.ino("small"), 10 * BS, 20 * bs); // into the single indirect block
+        super::image::truncate(&fs, img.ino("a/twelve/sparse"), 5000 * BS + 10); // drops the triple tree
+        super::image::truncate(&fs, img.ino("b/sub"), 3 * BS); // a file now (exchanged)
+        fs.unmount().unwrap();
+        let r = img.check(mode);
+        assert!(r.problems.is_empty(), "{r}");
+        assert_eq!(r.stats.orphans, 0, "mount frees the orphan: {r}");
+    }
+);
+
+in_both_modes!(
+    log_that_wraps_around_stays_clean,
+    log_that_wraps_around_stays_clean_through_the_tree,
+    |mode| {
+        // The smallest log mkfs allows (16 segments of 64 blocks), written around several
+        // times: segments die, are cleaned at checkpoints and are written again.
+        let mut img = Image::fresh_with_log(16);
+        let fs = img.mount_with(quiet_mount_options());
+        let before = fs.stats();
+        for i in 0..1000u32 {
+            file(
+                &fs,
+                ROOT,
+                format!("f{i}").as_bytes(),
+                &[(0, 2 * BS as usize)],
+            );
+            if i >= 4 {
+                fs.unlink(&U, ROOT, format!("f{}", i - 4).as_bytes())
+                    .unwrap();
+            }
+            fs.sync().unwrap();
+        }
+        // Transactions, plus at least a summary, the IFile header and a usage block per
+        // checkpoint: the log went around at least three times.
+        let after = fs.stats();
+        let written = after.log_blocks_written - before.log_blocks_written
+            + 3 * (after.checkpoints - before.checkpoints);
+        assert!(written > 3 * 16 * 64, "only {written} log blocks written");
+        img.listing = img.list(&fs);
+        fs.unmount().unwrap();
+        let r = img.check(mode);
+        assert!(r.problems.is_empty(), "{r}");
+    }
+);

@@ -7,6 +7,7 @@ use super::*;
 use crate::format::checkpoint::Checkpoint;
 use crate::format::inode::check_inode_block;
 use crate::format::meta::{IMAP_ORPHAN, SEG_ACTIVE, SEG_DIRTY};
+use crate::format::summary::Record;
 use crate::format::superblock::Superblock;
 use crate::format::{put_u64, NODEMAP_ID};
 
@@ -120,6 +121,29 @@ fn checkpoint_in_the_wrong_region() {
         CHECKPOINTS,
         &format!("it holds checkpoint {newest}, which belongs in region"),
     );
+}
+
+#[test]
+fn failing_roll_forward_is_an_error_and_the_checkpoint_state_is_checked() {
+    let img = super::clean::crashed_image();
+    let (addr, mut summary) = parts_after_checkpoint(&img).pop().unwrap();
+    // A record that cannot apply: allocating a block that is allocated already.
+    let taken = inode(&img, img.ino("b/double")).direct[0];
+    summary.records.push(Record::DAlloc {
+        start: taken,
+        count: 1,
+    });
+    let bytes = summary.encode(4096);
+    for (i, block) in bytes.chunks(4096).enumerate() {
+        write_block(&img, addr + i as u64, block);
+    }
+    let r = img.check(Mode::Listed);
+    assert_error(&r, CHECKPOINTS, "roll-forward from checkpoint");
+    assert_error(&r, CHECKPOINTS, "allocating allocated blocks");
+    // The later passes ran, on the state of the checkpoint.
+    assert_eq!(r.stats.transactions_rolled_forward, 0);
+    assert!(r.stats.inodes > 0 && r.stats.log_blocks_live > 0, "{r}");
+    assert_errors_only_in(&r, &[CHECKPOINTS, NAMESPACE]);
 }
 
 // ---- Inodes --------------------------------------------------------------------------------

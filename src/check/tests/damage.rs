@@ -8,6 +8,7 @@ use crate::format::inode::DiskInode;
 use crate::format::meta::{
     entries16_per_block, entries32_per_block, GroupDesc, IfileHeader, ImapEntry, SegUsage,
 };
+use crate::format::summary::Summary;
 use crate::format::superblock::Superblock;
 use crate::format::{
     get_u16, get_u64, put_u64, BlockHeader, BITMAP_ID, HEADER_SIZE, IFILE_ID, INODE_SIZE,
@@ -187,4 +188,32 @@ pub fn rewrite_entry_in_root_leaf(img: &Image, dir: u64, name: &[u8], ino: u64) 
         }
         panic!("no entry '{}' in directory {dir}", name.escape_ascii());
     });
+}
+
+/// Where each partial segment after the newest checkpoint starts, and its summary, as far as
+/// roll-forward would follow them.
+pub fn parts_after_checkpoint(img: &Image) -> Vec<(u64, Summary)> {
+    let l = layout(img);
+    let (sb, tag) = (&l.sb, l.sb.uuid_tag());
+    let (mut addr, mut serial) = (l.cp.log_head, l.cp.next_serial);
+    let mut parts = Vec::new();
+    while let Ok(n) = Summary::peek_len(&read_block(img, addr), tag) {
+        let raw: Vec<u8> = (0..n as u64)
+            .flat_map(|i| read_block(img, addr + i))
+            .collect();
+        let Ok(s) = Summary::decode(&raw, tag) else {
+            break;
+        };
+        if s.serial != serial || s.ckpt_serial != l.cp.serial {
+            break;
+        }
+        let start = addr;
+        addr += s.total_blocks();
+        if sb.segment_end(sb.segment_of(start)) - addr < 2 {
+            addr = sb.segment_start(s.next_segment);
+        }
+        serial += 1;
+        parts.push((start, s));
+    }
+    parts
 }

@@ -75,7 +75,12 @@ pub fn quiet_mount_options() -> MountOptions {
 impl Image {
     /// A fresh file system: 16 MiB metadata (64 segments of 64 blocks), 16 MiB data (4 groups).
     pub fn fresh() -> Image {
-        let meta = Arc::new(MemDevice::new(16 << 20));
+        Image::fresh_with_log(64)
+    }
+
+    /// A fresh file system with a log of `segments` segments of 64 blocks, 16 MiB data.
+    pub fn fresh_with_log(segments: u64) -> Image {
+        let meta = Arc::new(MemDevice::new(segments * 64 * BS));
         let data = Arc::new(MemDevice::new(16 << 20));
         mkfs(meta.clone(), data.clone(), &params()).unwrap();
         let mut img = Image {

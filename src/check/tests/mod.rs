@@ -5,6 +5,7 @@
 mod image;
 mod clean;
 mod corruption;
+mod crashes;
 mod damage;
 mod robustness;
 
