@@ -29,7 +29,7 @@ pub struct Loaded {
 }
 
 enum Region {
-    Valid(Checkpoint),
+    Valid(Box<Checkpoint>),
     /// All zero: never written (mkfs clears both, the first checkpoint fills only one).
     Empty,
     Unusable(String),
@@ -58,7 +58,7 @@ fn read_region(log: &LogReader, region: u64) -> Result<Region> {
             cp.serial,
             region_name(Checkpoint::region(cp.serial))
         )),
-        Ok(cp) => Region::Valid(cp),
+        Ok(cp) => Region::Valid(Box::new(cp)),
     })
 }
 
@@ -71,7 +71,7 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
     let newest = regions
         .iter()
         .filter_map(|(r, s)| match s {
-            Region::Valid(cp) => Some((*r, cp.clone())),
+            Region::Valid(cp) => Some((*r, (**cp).clone())),
             _ => None,
         })
         .max_by_key(|(_, cp)| cp.serial);
@@ -122,19 +122,20 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
         Region::Valid(_) => {}
         Region::Empty if cp.serial <= 1 => sink
             .note(|| format!("region {other_name} is empty: only one checkpoint was ever written")),
+        // It held the checkpoint before this one, or one after it that was lost.
         Region::Empty => sink.warning(
             NAME,
             format!(
-                "region {other_name} is empty although checkpoint {} was written; there is no \
-                 older checkpoint to fall back on",
+                "region {other_name} is empty, but checkpoint {} is not the first: the other \
+                 checkpoint (the fallback, or a newer one) is lost",
                 cp.serial
             ),
         ),
         Region::Unusable(why) => sink.warning(
             NAME,
             format!(
-                "region {other_name} is unusable ({why}); there is no older checkpoint to fall \
-                 back on"
+                "region {other_name} is unusable ({why}): the other checkpoint (the fallback, \
+                 or a newer one) is lost"
             ),
         ),
     }

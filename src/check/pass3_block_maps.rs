@@ -38,17 +38,15 @@ pub fn run(
 ) -> Result<DataUse> {
     let data_blocks = log.sb.data_blocks;
     let mut referenced: BitVec<u64, Lsb0> = BitVec::repeat(false, data_blocks as usize);
-    // Blocks seen a second time: (block, later owner, file block).
-    let mut again: Vec<(u64, u64, u64)> = Vec::new();
+    // Blocks seen a second time (their owners are looked up afterwards).
+    let mut shared: BTreeSet<u64> = BTreeSet::new();
     for (&ino, info) in &inodes.good {
         match info.kind() {
             Some(FileKind::Regular) => {
                 let mut w = Walk::new(log, ino, &info.disk, Mode::Check);
-                w.file(sink, claims, &mut |block, file_block| {
-                    if referenced[block as usize] {
-                        again.push((block, ino, file_block));
-                    } else {
-                        referenced.set(block as usize, true);
+                w.file(sink, claims, &mut |block, _file_block| {
+                    if referenced.replace(block as usize, true) {
+                        shared.insert(block);
                     }
                 })?;
             }
@@ -57,8 +55,8 @@ pub fn run(
             None => {} // reported by pass 2
         }
     }
-    if !again.is_empty() {
-        report_shared_blocks(sink, log, inodes, &again)?;
+    if !shared.is_empty() {
+        report_shared_blocks(sink, log, inodes, &shared)?;
     }
     sink.stats.data_blocks_used = referenced.count_ones() as u64;
     Ok(DataUse { referenced })
@@ -69,9 +67,8 @@ fn report_shared_blocks(
     sink: &mut Sink,
     log: &LogReader,
     inodes: &Inodes,
-    again: &[(u64, u64, u64)],
+    shared: &BTreeSet<u64>,
 ) -> Result<()> {
-    let shared: BTreeSet<u64> = again.iter().map(|a| a.0).collect();
     let mut owners: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     for (&ino, info) in &inodes.good {
         if info.kind() != Some(FileKind::Regular) {

@@ -92,7 +92,7 @@ in_both_modes!(
         let r = img.check(mode);
         // The older checkpoint plus roll-forward of the log after it is a consistent state.
         assert!(r.is_clean(), "{r}");
-        assert_warning(&r, CHECKPOINTS, "is empty although checkpoint");
+        assert_warning(&r, CHECKPOINTS, "is empty, but checkpoint");
         assert_eq!(r.stats.checkpoint_serial, newest - 1);
         assert!(r.stats.transactions_rolled_forward >= 1, "{r}");
     }
