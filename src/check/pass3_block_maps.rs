@@ -1,0 +1,436 @@
+//! Pass 3: block maps. Every regular file's direct and indirect pointers are followed: each
+//! indirect block must be the one its parent pointer asks for (kind INDIRECT, owner, level,
+//! first block mapped), data addresses must be on the data device, nothing may be mapped at or
+//! past the end of the file, no data block may belong to two files (or twice to one), and
+//! `i_blocks` / `i_meta_blocks` must count what was found. Symlinks keep short targets inline
+//! and long ones in SYMLINK blocks; directories and special files own no blocks at all.
+//!
+//! Data blocks in use are collected for pass 4 in a bitmap. A second owner of a block is
+//! noticed when its bit is already set; the first owners of such blocks are then found by
+//! walking the maps once more (as e2fsck's pass 1B does), so memory stays one bit per block.
+
+use super::context::{Claims, LogReader, LogUse, Sink};
+use super::pass2_inodes::{InodeInfo, Inodes};
+use crate::format::bmap::{child_index, max_blocks, tree_start};
+use crate::format::inode::{DiskInode, NDIRECT};
+use crate::format::meta::{
+    decode_pointer_block, decode_symlink_block, pointers_per_block, symlink_bytes_per_block,
+};
+use crate::format::{BlockHeader, BlockKind, SYMLINK_MAX};
+use crate::fs::FileKind;
+use crate::Result;
+use bitvec::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const NAME: &str = "block maps";
+
+/// Data blocks referenced by files.
+pub struct DataUse {
+    /// Bit `b` set: some file maps data block `b`.
+    pub referenced: BitVec<u64, Lsb0>,
+}
+
+pub fn run(
+    sink: &mut Sink,
+    log: &LogReader,
+    claims: &mut Claims,
+    inodes: &Inodes,
+) -> Result<DataUse> {
+    let data_blocks = log.sb.data_blocks;
+    let mut referenced: BitVec<u64, Lsb0> = BitVec::repeat(false, data_blocks as usize);
+    // Blocks seen a second time (their owners are looked up afterwards).
+    let mut shared: BTreeSet<u64> = BTreeSet::new();
+    for (&ino, info) in &inodes.good {
+        match info.kind() {
+            Some(FileKind::Regular) => {
+                let mut w = Walk::new(log, ino, &info.disk, Mode::Check);
+                w.file(sink, claims, &mut |block, _file_block| {
+                    if referenced.replace(block as usize, true) {
+                        shared.insert(block);
+                    }
+                })?;
+            }
+            Some(FileKind::Symlink) => symlink(sink, log, claims, ino, info)?,
+            Some(kind) => owns_nothing(sink, ino, kind, &info.disk),
+            None => {} // reported by pass 2
+        }
+    }
+    if !shared.is_empty() {
+        report_shared_blocks(sink, log, inodes, &shared)?;
+    }
+    sink.stats.data_blocks_used = referenced.count_ones() as u64;
+    Ok(DataUse { referenced })
+}
+
+/// Name every owner of each block found twice.
+fn report_shared_blocks(
+    sink: &mut Sink,
+    log: &LogReader,
+    inodes: &Inodes,
+    shared: &BTreeSet<u64>,
+) -> Result<()> {
+    let mut owners: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    for (&ino, info) in &inodes.good {
+        if info.kind() != Some(FileKind::Regular) {
+            continue;
+        }
+        // Problems were reported by the first walk; this one only looks.
+        let mut quiet = Sink::new(&Default::default());
+        let mut no_claims = Claims::default();
+        let mut w = Walk::new(log, ino, &info.disk, Mode::FindOwners);
+        w.file(&mut quiet, &mut no_claims, &mut |block, file_block| {
+            if shared.contains(&block) {
+                owners.entry(block).or_default().push((ino, file_block));
+            }
+        })?;
+    }
+    for (block, users) in owners {
+        let who: Vec<String> = users
+            .iter()
+            .map(|(ino, fb)| format!("inode {ino} (file block {fb})"))
+            .collect();
+        sink.error(
+            NAME,
+            format!(
+                "data block {block} is used {} times: by {}",
+                users.len(),
+                who.join(", ")
+            ),
+        );
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Report problems and claim indirect blocks.
+    Check,
+    /// Only visit data pointers (the walk has been checked already).
+    FindOwners,
+}
+
+/// One regular file's block map walk.
+struct Walk<'a, 'b> {
+    log: &'a LogReader<'b>,
+    ino: u64,
+    d: &'a DiskInode,
+    mode: Mode,
+    /// Pointers per indirect block.
+    p: u64,
+    /// File blocks at or past this are beyond the end of the file.
+    end_block: u64,
+    data_found: u64,
+    indirect_found: u64,
+    /// Some indirect block could not be read: the counts are incomplete.
+    incomplete: bool,
+}
+
+impl<'a, 'b> Walk<'a, 'b> {
+    fn new(log: &'a LogReader<'b>, ino: u64, d: &'a DiskInode, mode: Mode) -> Self {
+        let bs = log.block_size();
+        Walk {
+            log,
+            ino,
+            d,
+            mode,
+            p: pointers_per_block(log.sb.block_size) as u64,
+            end_block: d.size.div_ceil(bs),
+            data_found: 0,
+            indirect_found: 0,
+            incomplete: false,
+        }
+    }
+
+    fn problem(&self, sink: &mut Sink, message: String) {
+        if self.mode == Mode::Check {
+            sink.error(NAME, message);
+        }
+    }
+
+    fn file(
+        &mut self,
+        sink: &mut Sink,
+        claims: &mut Claims,
+        found: &mut dyn FnMut(u64, u64),
+    ) -> Result<()> {
+        let ino = self.ino;
+        let largest = max_blocks(self.p).saturating_mul(self.log.block_size());
+        if self.d.size > largest {
+            self.problem(
+                sink,
+                format!(
+                    "inode {ino}: size {} exceeds the largest file ({largest})",
+                    self.d.size
+                ),
+            );
+        }
+        for (k, &a) in self.d.direct.iter().enumerate() {
+            if a != 0 {
+                self.data(sink, k as u64, a, found);
+            }
+        }
+        for tree in 0..3 {
+            let top = self.d.indirect[tree];
+            if top != 0 {
+                self.indirect(
+                    sink,
+                    claims,
+                    tree as u8 + 1,
+                    tree_start(tree, self.p),
+                    top,
+                    found,
+                )?;
+            }
+        }
+        if self.mode == Mode::Check && !self.incomplete {
+            if self.data_found != self.d.blocks {
+                sink.error(
+                    NAME,
+                    format!(
+                        "inode {ino}: i_blocks is {}, its block map holds {} data blocks",
+                        self.d.blocks, self.data_found
+                    ),
+                );
+            }
+            if self.indirect_found != self.d.meta_blocks {
+                sink.error(
+                    NAME,
+                    format!(
+                        "inode {ino}: i_meta_blocks is {}, its block map holds {} indirect blocks",
+                        self.d.meta_blocks, self.indirect_found
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// File block `file_block` is at data address `a` (not 0).
+    fn data(&mut self, sink: &mut Sink, file_block: u64, a: u64, found: &mut dyn FnMut(u64, u64)) {
+        self.data_found += 1;
+        if file_block >= self.end_block {
+            self.problem(
+                sink,
+                format!(
+                    "inode {}: file block {file_block} is mapped (data block {a}) but the file \
+                     ends at {} bytes",
+                    self.ino, self.d.size
+                ),
+            );
+        }
+        if a >= self.log.sb.data_blocks {
+            self.problem(
+                sink,
+                format!(
+                    "inode {}: file block {file_block} points at data block {a}, past the end of \
+                     the data device ({} blocks)",
+                    self.ino, self.log.sb.data_blocks
+                ),
+            );
+            return;
+        }
+        found(a, file_block);
+    }
+
+    /// Indirect block (`level`, `index`) at log address `addr`, named by its parent. The level
+    /// strictly decreases on the way down, so recursion is at most three deep.
+    fn indirect(
+        &mut self,
+        sink: &mut Sink,
+        claims: &mut Claims,
+        level: u8,
+        index: u64,
+        addr: u64,
+        found: &mut dyn FnMut(u64, u64),
+    ) -> Result<()> {
+        let ino = self.ino;
+        self.indirect_found += 1;
+        let name = format!("inode {ino}: level-{level} indirect block for file block {index}");
+        if index >= self.end_block {
+            self.problem(
+                sink,
+                format!(
+                    "{name} (at {addr}) lies past the end of the file ({} bytes)",
+                    self.d.size
+                ),
+            );
+        }
+        if self.mode == Mode::Check {
+            if let Some(why) = self.log.bad_address(addr) {
+                sink.error(NAME, format!("{name}: {why}"));
+                self.incomplete = true;
+                return Ok(());
+            }
+            if let Err(other) = claims.claim_block(addr, LogUse::Indirect { ino, level, index }) {
+                sink.error(NAME, format!("{name}: log block {addr} is already {other}"));
+                self.incomplete = true;
+                return Ok(());
+            }
+        }
+        let raw = match self.log.read(addr)? {
+            Ok(b) => b,
+            Err(_) => {
+                self.incomplete = true;
+                return Ok(());
+            }
+        };
+        let want = BlockHeader::new(BlockKind::Indirect, level, ino, index);
+        let ptrs = match decode_pointer_block(&raw, want) {
+            Ok(p) => p,
+            Err(e) => {
+                self.problem(sink, format!("{name} at {addr}: {e}"));
+                self.incomplete = true;
+                return Ok(());
+            }
+        };
+        for (slot, &child) in ptrs.iter().enumerate() {
+            if child == 0 {
+                continue;
+            }
+            let child_index = child_index(level, index, slot, self.p);
+            if level == 1 {
+                self.data(sink, child_index, child, found);
+            } else {
+                self.indirect(sink, claims, level - 1, child_index, child, found)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A symlink: target inline (at most 120 bytes) or in SYMLINK blocks named by `i_direct`.
+fn symlink(
+    sink: &mut Sink,
+    log: &LogReader,
+    claims: &mut Claims,
+    ino: u64,
+    info: &InodeInfo,
+) -> Result<()> {
+    let d = &info.disk;
+    if d.size == 0 || d.size > SYMLINK_MAX as u64 {
+        sink.error(
+            NAME,
+            format!("inode {ino}: symlink target of {} bytes", d.size),
+        );
+        return Ok(());
+    }
+    if d.blocks != 0 {
+        sink.error(
+            NAME,
+            format!(
+                "inode {ino}: a symlink with i_blocks {} (symlinks own no data blocks)",
+                d.blocks
+            ),
+        );
+    }
+    if let Some(target) = &d.inline {
+        if d.meta_blocks != 0 {
+            sink.error(
+                NAME,
+                format!(
+                    "inode {ino}: inline symlink with i_meta_blocks {}",
+                    d.meta_blocks
+                ),
+            );
+        }
+        if target.contains(&0) {
+            sink.warning(
+                NAME,
+                format!("inode {ino}: symlink target contains a NUL byte"),
+            );
+        }
+        return Ok(());
+    }
+    // Longer than INLINE_SYMLINK_MAX: the decoder filled the pointers instead.
+    let per = symlink_bytes_per_block(log.sb.block_size) as u64;
+    let nblocks = d.size.div_ceil(per);
+    for k in 0..NDIRECT as u64 {
+        let a = d.direct[k as usize];
+        if k >= nblocks {
+            if a != 0 {
+                sink.error(
+                    NAME,
+                    format!(
+                        "inode {ino}: symlink of {} bytes has a pointer in slot {k}",
+                        d.size
+                    ),
+                );
+            }
+            continue;
+        }
+        if a == 0 {
+            sink.error(NAME, format!("inode {ino}: symlink block {k} is missing"));
+            continue;
+        }
+        if let Some(why) = log.bad_address(a) {
+            sink.error(NAME, format!("inode {ino}: symlink block {k}: {why}"));
+            continue;
+        }
+        if let Err(other) = claims.claim_block(a, LogUse::Symlink { ino, index: k }) {
+            sink.error(
+                NAME,
+                format!("inode {ino}: symlink block {k} at {a} is already {other}"),
+            );
+            continue;
+        }
+        let raw = match log.read(a)? {
+            Ok(b) => b,
+            Err(why) => {
+                sink.error(NAME, format!("inode {ino}: symlink block {k}: {why}"));
+                continue;
+            }
+        };
+        match decode_symlink_block(&raw, ino, k) {
+            Err(e) => sink.error(NAME, format!("inode {ino}: symlink block {k} at {a}: {e}")),
+            Ok(body) => {
+                let len = (d.size - k * per).min(per) as usize;
+                if body[..len].contains(&0) {
+                    sink.warning(
+                        NAME,
+                        format!("inode {ino}: symlink target contains a NUL byte"),
+                    );
+                }
+            }
+        }
+    }
+    if d.indirect.iter().any(|&a| a != 0) {
+        sink.error(NAME, format!("inode {ino}: symlink with indirect pointers"));
+    }
+    if d.meta_blocks != nblocks {
+        sink.error(
+            NAME,
+            format!(
+                "inode {ino}: i_meta_blocks is {}, a {}-byte target takes {nblocks} symlink blocks",
+                d.meta_blocks, d.size
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Directories (entries live in the tree) and special files own no blocks.
+fn owns_nothing(sink: &mut Sink, ino: u64, kind: FileKind, d: &DiskInode) {
+    let what = if kind == FileKind::Directory {
+        "directory"
+    } else {
+        "special file"
+    };
+    if d.direct.iter().chain(d.indirect.iter()).any(|&a| a != 0) {
+        sink.error(NAME, format!("inode {ino}: a {what} with block pointers"));
+    }
+    if d.blocks != 0 || d.meta_blocks != 0 {
+        sink.error(
+            NAME,
+            format!(
+                "inode {ino}: a {what} with i_blocks {} and i_meta_blocks {} (it owns no blocks)",
+                d.blocks, d.meta_blocks
+            ),
+        );
+    }
+    if kind != FileKind::Directory && d.size != 0 {
+        sink.warning(
+            NAME,
+            format!("inode {ino}: special file of size {}", d.size),
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! Pass 6: the B-epsilon tree and the node map. The tree checks its own invariants (key order,
+//! pivots, levels, messages, node size, no node reached twice) reading nodes through the node
+//! map; here the node map is held against what the tree reaches: every reachable node has an
+//! address below `next_node_id`, and every address in the node map belongs to a reachable node
+//! (anything else is a leaked log block). Then the entries are listed for pass 7.
+
+use super::context::{damage_or_failure, LogReader, Sink};
+use super::pass1_checkpoints::Loaded;
+use crate::betree::{BeTree, NodeLoader};
+use crate::format::{BlockHeader, BlockKind};
+use crate::{FsError, Result};
+use std::collections::BTreeSet;
+
+pub const NAME: &str = "directory tree";
+
+/// Node cache of the tree opened for checking.
+const TREE_CACHE_BYTES: u64 = 16 << 20;
+
+/// A directory entry: key (`dir`, `hash`, `name`), value (`ino`, `kind`: type code).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Entry {
+    pub dir: u64,
+    pub hash: u64,
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: u8,
+}
+
+/// What pass 7 checks: the entries, and the tree (for its name hash).
+pub struct Namespace {
+    pub tree: BeTree,
+    pub entries: Vec<Entry>,
+}
+
+/// Reads tree nodes through the node map; a node's block must say it is that node.
+struct NodeMapLoader<'a, 'b> {
+    log: &'a LogReader<'b>,
+    addrs: &'a [u64],
+}
+
+impl NodeLoader for NodeMapLoader<'_, '_> {
+    fn load_node(&self, id: u64) -> Result<Vec<u8>> {
+        let bad = |d: String| FsError::corrupt("directory tree", d);
+        let addr = self.addrs.get(id as usize).copied().unwrap_or(0);
+        if addr == 0 {
+            return Err(bad(format!("node {id} has no address in the node map")));
+        }
+        let raw = self
+            .log
+            .read(addr)?
+            .map_err(|why| bad(format!("node {id}: {why}")))?;
+        let h = BlockHeader::read(&raw).map_err(|e| bad(format!("node {id} at {addr}: {e}")))?;
+        if h.kind != BlockKind::Node || h.owner != id || h.index != 0 {
+            return Err(bad(format!(
+                "node {id} at {addr}: the block is {:?} of owner {}, index {}",
+                h.kind, h.owner, h.index
+            )));
+        }
+        Ok(raw)
+    }
+}
+
+pub fn run(
+    sink: &mut Sink,
+    log: &LogReader,
+    state: &Loaded,
+    listed: Option<Vec<Entry>>,
+) -> Result<Option<Namespace>> {
+    let addrs = &state.tables.nodes.addrs;
+    let next_id = state.cp.next_node_id;
+    if addrs.first().is_some_and(|&a| a != 0) {
+        sink.error(NAME, "node map entry 0 is in use (node id 0 is never used)");
+    }
+    for (id, &a) in addrs.iter().enumerate().skip(1) {
+        if a != 0 && id as u64 >= next_id {
+            sink.error(
+                NAME,
+                format!(
+                    "node map entry {id} names log block {a}, but ids from {next_id} (the \
+                     checkpoint's next node id) were never used"
+                ),
+            );
+        }
+    }
+    // The checker never allocates nodes; free ids only matter to a tree that would.
+    let free_ids = state.tables.nodes.free_ids(next_id.min(addrs.len() as u64));
+    let tree = BeTree::open(
+        log.sb.block_size,
+        log.sb.hash_seed,
+        TREE_CACHE_BYTES,
+        next_id,
+        free_ids,
+    );
+    let loader = NodeMapLoader { log, addrs };
+    let tree_ok = match tree.check(&loader) {
+        Ok(stats) => {
+            let mut reached = BTreeSet::new();
+            for &id in &stats.node_ids {
+                if !reached.insert(id) {
+                    sink.error(NAME, format!("node {id} is reached twice"));
+                }
+                if id == 0 || id >= next_id {
+                    sink.error(
+                        NAME,
+                        format!("reachable node {id} is not below the next node id {next_id}"),
+                    );
+                }
+            }
+            sink.stats.tree_nodes = reached.len() as u64;
+            for (id, &a) in addrs.iter().enumerate().skip(1) {
+                if a != 0 && !reached.contains(&(id as u64)) {
+                    sink.error(
+                        NAME,
+                        format!(
+                            "node map entry {id} names log block {a}, but the tree does not \
+                             reach node {id} (leaked)"
+                        ),
+                    );
+                }
+            }
+            true
+        }
+        Err(e) => {
+            let why = damage_or_failure(e)?;
+            sink.error(NAME, format!("the directory tree is damaged: {why}"));
+            false
+        }
+    };
+
+    let entries = match listed {
+        Some(listed) => {
+            sink.note(|| "directory entries come from a listing, not from the tree".into());
+            listed
+        }
+        None if tree_ok => {
+            let mut v = Vec::new();
+            let listing = tree.for_each(&loader, &mut |dir, hash, name, value| {
+                v.push(Entry {
+                    dir,
+                    hash,
+                    name: name.to_vec(),
+                    ino: value.ino,
+                    kind: value.kind,
+                })
+            });
+            if let Err(e) = listing {
+                let why = damage_or_failure(e)?;
+                sink.error(NAME, format!("listing the directory tree fails: {why}"));
+                return Ok(None);
+            }
+            v
+        }
+        None => {
+            sink.warning(
+                NAME,
+                "directory entries are not checked: the tree cannot be trusted",
+            );
+            return Ok(None);
+        }
+    };
+    for w in entries.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        if (a.dir, a.hash, &a.name) >= (b.dir, b.hash, &b.name) {
+            sink.error(
+                NAME,
+                format!(
+                    "entries out of key order or repeated: ({}, {:#x}, '{}') then ({}, {:#x}, '{}')",
+                    a.dir,
+                    a.hash,
+                    a.name.escape_ascii(),
+                    b.dir,
+                    b.hash,
+                    b.name.escape_ascii()
+                ),
+            );
+        }
+    }
+    sink.stats.entries = entries.len() as u64;
+    Ok(Some(Namespace { tree, entries }))
+}
