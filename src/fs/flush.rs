@@ -242,7 +242,7 @@ impl Fs {
         );
         records.extend(taken.freed.iter().map(|&node| Record::NFree { node }));
         assert!(records.len() <= max_records, "more records than planned");
-        self.ino_alloc.lock().release_held();
+        let freed_inos = self.ino_alloc.lock().take_held();
         drop(gate);
 
         // ---- Phase 2: encode and write, data first.
@@ -306,6 +306,8 @@ impl Fs {
         for ino in tombstones {
             self.inodes.remove(ino);
         }
+        // Only now can a freed number be reused: its tombstone no longer occupies the cache.
+        self.ino_alloc.lock().release(freed_inos);
         fl.segments_since_ckpt += plan.segments.len() as u64 - 1;
         let mut s = self.stats.lock();
         s.flushes += 1;

@@ -231,7 +231,7 @@ impl InoAllocator {
         self.free.remove(&ino);
     }
 
-    /// A number freed by an operation (usable after the next `release_held`).
+    /// A number freed by an operation (usable once the log writer `release`s it).
     pub fn hold(&mut self, ino: u64) {
         self.held.push(ino);
     }
@@ -241,8 +241,14 @@ impl InoAllocator {
         self.free.insert(ino);
     }
 
-    pub fn release_held(&mut self) {
-        self.free.extend(self.held.drain(..));
+    /// The numbers held now (taken by the log writer's snapshot).
+    pub fn take_held(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.held)
+    }
+
+    /// Numbers whose free is applied and whose tombstones are gone.
+    pub fn release(&mut self, inos: Vec<u64>) {
+        self.free.extend(inos);
     }
 
     pub fn free_count(&self) -> u64 {

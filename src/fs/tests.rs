@@ -234,7 +234,10 @@ fn removing_long_symlinks_frees_no_data_blocks() {
 }
 
 /// Copies of both devices as they are now (a power cut right here, with every write done).
-fn crash_copy(m: &Arc<dyn BlockDevice>, d: &Arc<dyn BlockDevice>) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+fn crash_copy(
+    m: &Arc<dyn BlockDevice>,
+    d: &Arc<dyn BlockDevice>,
+) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
     let copy = |dev: &Arc<dyn BlockDevice>| -> Arc<dyn BlockDevice> {
         let mut b = vec![0u8; dev.size() as usize];
         dev.read_at(&mut b, 0).unwrap();
@@ -253,10 +256,14 @@ fn roll_forward_recovers_fsynced_work_after_a_crash() {
     fs.write(f.ino, fh, 0, &data).unwrap();
     fs.fsync(f.ino, false).unwrap();
     for i in 0..300 {
-        fs.create(&U, dir.ino, format!("n{i}").as_bytes(), 0o644, 0).map(|(a, h)| fs.release(a.ino, h)).unwrap().unwrap();
+        fs.create(&U, dir.ino, format!("n{i}").as_bytes(), 0o644, 0)
+            .map(|(a, h)| fs.release(a.ino, h))
+            .unwrap()
+            .unwrap();
     }
     fs.unlink(&U, dir.ino, b"n7").unwrap();
-    fs.rename(&U, dir.ino, b"n8", ROOT, b"moved", RenameFlags::default()).unwrap();
+    fs.rename(&U, dir.ino, b"n8", ROOT, b"moved", RenameFlags::default())
+        .unwrap();
     fs.fsyncdir(dir.ino, false).unwrap();
     // Crash: the log since the mount-time checkpoint must be rolled forward.
     let (m2, d2) = crash_copy(&m, &d);
@@ -269,7 +276,10 @@ fn roll_forward_recovers_fsynced_work_after_a_crash() {
     fs2.release(f2.ino, h).unwrap();
     assert_eq!(names(&fs2, dir.ino).len(), 2 + 1 + 300 - 2);
     assert!(fs2.lookup(dir.ino, b"n7").is_err());
-    assert!(fs2.lookup(dir.ino, b"n9").is_ok(), "unsynced unlink after the crash point");
+    assert!(
+        fs2.lookup(dir.ino, b"n9").is_ok(),
+        "unsynced unlink after the crash point"
+    );
     assert_eq!(fs2.lookup(ROOT, b"moved").unwrap().kind, FileKind::Regular);
     assert_eq!(fs2.getattr(dir.ino).unwrap().nlink, 2);
     fs2.unmount().unwrap();

@@ -34,7 +34,7 @@ pub fn load_tables(sb: &Arc<Superblock>, dev: &dyn BlockDevice, cp: &Checkpoint)
     let mut read = |a: u64| -> Result<Vec<u8>> { read_block(dev, bs, check_addr(a)?) };
     let mut load =
         |id: u64, inode: &crate::format::inode::DiskInode| -> Result<(MetaFile, Vec<Vec<u8>>)> {
-            let mf = MetaFile::load(id, bs, inode, &mut read)?;
+            let mf = MetaFile::load(id, bs, sb.meta_blocks, inode, &mut read)?;
             let mut bodies = Vec::with_capacity(mf.blocks.len());
             for (i, &a) in mf.blocks.iter().enumerate() {
                 let raw = read_block(dev, bs, check_addr(a)?)?;
@@ -178,6 +178,9 @@ pub fn roll_forward(
     loop {
         let part = match read_part(sb, dev, addr, serial, cp.serial) {
             Ok(p) => p,
+            // A device that cannot be read is not the end of the log: stop the mount rather
+            // than lose what follows.
+            Err(e @ FsError::Io(_)) => return Err(e),
             Err(e) => {
                 report.stop_reason = e.to_string();
                 break;

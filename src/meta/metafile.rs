@@ -36,13 +36,21 @@ impl MetaFile {
     }
 
     /// Rebuild the map from the meta file's inode, reading its indirect blocks.
+    /// `limit` bounds the size: no meta file is larger than the log.
     pub fn load(
         id: u64,
         block_size: u32,
+        limit: u64,
         inode: &DiskInode,
         read: &mut dyn FnMut(u64) -> Result<Vec<u8>>,
     ) -> Result<MetaFile> {
         let nblocks = inode.size / block_size as u64;
+        if nblocks > limit {
+            return Err(FsError::corrupt(
+                "meta file",
+                format!("meta file {id} of {} bytes", inode.size),
+            ));
+        }
         let mut mf = MetaFile {
             id,
             block_size,

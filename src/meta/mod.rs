@@ -35,6 +35,11 @@ pub struct PlacedBlock {
     pub inodes: Vec<InodeLoc>,
 }
 
+/// Inode numbers stay below 2^32 and node ids below 2^40: bounds that keep a hostile log from
+/// growing the tables without limit.
+pub const MAX_INO: u64 = 1 << 32;
+pub const MAX_NODE_ID: u64 = 1 << 40;
+
 pub struct Tables {
     pub sb: Arc<Superblock>,
     pub ifile: Ifile,
@@ -68,6 +73,26 @@ impl Tables {
         Ok(())
     }
 
+    fn check_ino(ino: u64) -> Result<()> {
+        if ino == 0 || ino >= MAX_INO {
+            return Err(crate::FsError::corrupt(
+                "transaction",
+                format!("inode number {ino}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_node(id: u64) -> Result<()> {
+        if id == 0 || id >= MAX_NODE_ID {
+            return Err(crate::FsError::corrupt(
+                "transaction",
+                format!("node id {id}"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Apply one transaction: blocks in order, then records in order (docs/FORMAT.md).
     pub fn apply(&mut self, blocks: &[PlacedBlock], records: &[Record], now: u64) -> Result<()> {
         let bs = self.sb.block_size as i64;
@@ -77,6 +102,7 @@ impl Tables {
             match b.desc.kind {
                 BlockKind::Inodes => {
                     for i in &b.inodes {
+                        Self::check_ino(i.ino)?;
                         if let Some(old) =
                             self.ifile
                                 .place_inode(i.ino, i.generation, b.addr, i.slot, i.orphan)
@@ -88,6 +114,7 @@ impl Tables {
                     }
                 }
                 BlockKind::Node => {
+                    Self::check_node(b.desc.owner)?;
                     let old = self.nodes.set(b.desc.owner, b.addr);
                     if old != 0 {
                         let old_seg = self.seg(old);
@@ -107,12 +134,14 @@ impl Tables {
         for r in records {
             match *r {
                 Record::IFree { ino } => {
+                    Self::check_ino(ino)?;
                     if let Some(old) = self.ifile.free_inode(ino) {
                         let old_seg = self.seg(old);
                         self.ifile.add_live(old_seg, -Ifile::INODE_BYTES, now)?;
                     }
                 }
                 Record::NFree { node } => {
+                    Self::check_node(node)?;
                     let old = self.nodes.set(node, 0);
                     if old != 0 {
                         let old_seg = self.seg(old);
