@@ -80,11 +80,16 @@ impl DualFuse {
     }
 
     fn fopen_flags(&self) -> FopenFlags {
+        let mut f = FopenFlags::empty();
         if self.config.keep_cache {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
+            f |= FopenFlags::FOPEN_KEEP_CACHE;
         }
+        // close(2) has nothing to do: data is on the device when write returns. Skipping
+        // FLUSH saves a round trip per close (with a writeback cache the kernel needs it).
+        if !self.config.writeback_cache {
+            f |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        f
     }
 }
 
@@ -153,6 +158,27 @@ fn system_time(t: Timespec) -> SystemTime {
         ..t
     }
     .to_system_time()
+}
+
+/// The attributes of a negative lookup entry: only the inode number (0) matters.
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: std::time::UNIX_EPOCH,
+        mtime: std::time::UNIX_EPOCH,
+        ctime: std::time::UNIX_EPOCH,
+        crtime: std::time::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
 }
 
 fn file_attr(attr: &Attr) -> FileAttr {
@@ -254,8 +280,15 @@ impl Filesystem for DualFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let result = self.fs.lookup(parent.0, name.as_bytes());
-        self.entry(reply, result, "lookup", parent.0);
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // A negative entry (inode 0) lets the kernel remember that the name is absent:
+            // compilers and shells probe many absent names. Creating the name goes through
+            // the kernel, which drops the negative entry.
+            Err(e) if e.errno() == libc::ENOENT && !self.config.ttl.is_zero() => {
+                reply.entry(&self.config.ttl, &negative_attr(), Generation(0))
+            }
+            result => self.entry(reply, result, "lookup", parent.0),
+        }
     }
 
     // batch_forget keeps fuser's default, which calls `forget` per inode: fuser 0.18 does not
@@ -510,7 +543,8 @@ impl Filesystem for DualFuse {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.opendir(&caller(req), ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            // The kernel may keep listings: every change to a directory goes through it.
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR),
             Err(e) => reply.error(errno("opendir", ino.0, &e)),
         }
     }

@@ -267,6 +267,7 @@ impl MountSettings {
             checkpoint_interval: self
                 .checkpoint_interval
                 .unwrap_or(defaults.checkpoint_interval),
+            noatime: self.atime == Some(false),
             ..defaults
         }
     }

@@ -532,6 +532,9 @@ impl Fs {
     ) -> Result<()> {
         self.alive()?;
         let e = self.dir(ino)?;
+        if offset == 0 {
+            self.touch_atime(&e);
+        }
         let parent = e.state.read().d.parent;
         let mut emit = |ent: DirEntry| add(&ent);
         if offset == 0

@@ -206,6 +206,30 @@ impl Fs {
         Ok(())
     }
 
+    /// Update the access time after a read, as Linux's `relatime` does: when it is not newer
+    /// than the last change, or more than a day old. Costs a log write only then.
+    pub(crate) fn touch_atime(&self, e: &Arc<InodeEntry>) {
+        if self.opts.noatime || self.opts.read_only || self.alive().is_err() {
+            return;
+        }
+        let now = Timespec::now();
+        let stale = |st: &InodeState| {
+            let a = super::inode::from_disk_time(st.d.atime);
+            a <= super::inode::from_disk_time(st.d.mtime)
+                || a <= super::inode::from_disk_time(st.d.ctime)
+                || now.sec - a.sec >= 24 * 3600
+        };
+        if !stale(&e.state.read()) {
+            return;
+        }
+        let _g = self.gate.read();
+        let mut st = e.state.write();
+        if !st.deleted && stale(&st) {
+            st.d.atime = super::inode::to_disk_time(now);
+            self.mark_dirty(e, &mut st);
+        }
+    }
+
     pub fn read(&self, ino: u64, _fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         self.alive()?;
         let e = self.inode(ino)?;
@@ -241,6 +265,7 @@ impl Fs {
                 }
             }
         }
+        self.touch_atime(&e);
         Ok(buf)
     }
 

@@ -46,6 +46,8 @@ pub struct MountOptions {
     pub checkpoint_interval: Duration,
     /// Also checkpoint after this many segments of log.
     pub checkpoint_segments: u64,
+    /// Never update access times (`noatime`); otherwise they follow Linux's `relatime`.
+    pub noatime: bool,
 }
 
 impl Default for MountOptions {
@@ -56,6 +58,7 @@ impl Default for MountOptions {
             flush_interval: Duration::from_secs(5),
             checkpoint_interval: Duration::from_secs(30),
             checkpoint_segments: 32,
+            noatime: false,
         }
     }
 }

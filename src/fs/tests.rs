@@ -288,3 +288,50 @@ fn roll_forward_recovers_fsynced_work_after_a_crash() {
     assert_eq!(names(&fs3, dir.ino).len(), 2 + 1 + 300 - 2);
     fs3.unmount().unwrap();
 }
+
+#[test]
+fn reads_update_access_time_like_relatime() {
+    let (m, d) = devices(16, 16);
+    let fs = mount(&m, &d);
+    let (f, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
+    fs.write(f.ino, fh, 0, b"hello").unwrap();
+    let old = Timespec {
+        sec: 1_000_000,
+        nsec: 0,
+    };
+    let set = SetAttr {
+        atime: Some(SetTime::At(old)),
+        ..SetAttr::default()
+    };
+    fs.setattr(&U, f.ino, &set).unwrap();
+    fs.read(f.ino, fh, 0, 5).unwrap();
+    let a1 = fs.getattr(f.ino).unwrap();
+    assert!(
+        a1.atime > old && a1.atime >= a1.mtime,
+        "a read after a change sets atime"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs.read(f.ino, fh, 0, 5).unwrap();
+    assert_eq!(
+        fs.getattr(f.ino).unwrap().atime,
+        a1.atime,
+        "a second read does not"
+    );
+    fs.release(f.ino, fh).unwrap();
+    fs.unmount().unwrap();
+    let fs = Fs::mount(
+        m.clone(),
+        d.clone(),
+        MountOptions {
+            noatime: true,
+            ..MountOptions::default()
+        },
+    )
+    .unwrap();
+    let fh = fs.open(&U, f.ino, libc::O_RDONLY).unwrap();
+    fs.setattr(&U, f.ino, &set).unwrap();
+    fs.read(f.ino, fh, 0, 5).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().atime, old, "noatime leaves it");
+    fs.release(f.ino, fh).unwrap();
+    fs.unmount().unwrap();
+}
