@@ -37,16 +37,27 @@ impl Scratch {
     }
 
     /// Put a metadata superblock (only the fields the mount program reads) in META.
+    /// A valid superblock (role 1 metadata, 2 data) at the start of META; nothing else.
     fn write_meta_superblock(&self, role: u32, data_path: &[u8]) {
+        use dualfs::format::superblock::{Role, Superblock};
         let mut image = fs::read(&self.meta).unwrap();
-        let sb = &mut image[..4096];
-        sb[..8].copy_from_slice(b"DUALFSSB");
-        sb[8..12].copy_from_slice(&1u32.to_le_bytes());
-        sb[32..36].copy_from_slice(&role.to_le_bytes());
-        sb[36..40].copy_from_slice(&4096u32.to_le_bytes());
-        sb[208..210].copy_from_slice(&(data_path.len() as u16).to_le_bytes());
-        sb[210..210 + data_path.len()].copy_from_slice(data_path);
-        seal_crc(sb, 12);
+        let sb = Superblock {
+            uuid: [5; 16],
+            role: if role == 1 { Role::Meta } else { Role::Data },
+            block_size: 4096,
+            meta_blocks: 16 * 256,
+            data_blocks: 1000,
+            segment_blocks: 256,
+            blocks_per_group: 32512,
+            segments: 16,
+            groups: 1,
+            hash_seed: 1,
+            created: 0,
+            label: String::new(),
+            copy_segments: Superblock::copy_locations(16),
+            data_path: data_path.to_vec(),
+        };
+        image[..4096].copy_from_slice(&sb.encode());
         fs::write(&self.meta, image).unwrap();
     }
 

@@ -79,7 +79,7 @@ impl Superblock {
         }
         let b = &buf[..SB_SIZE];
         if &b[0..8] != SB_MAGIC {
-            return Err(bad("no DualFS superblock (bad magic)".into()));
+            return Err(bad("not a DualFS device (no DualFS superblock)".into()));
         }
         let version = get_u32(b, 8);
         if version != FORMAT_VERSION {
@@ -88,7 +88,7 @@ impl Superblock {
             )));
         }
         if !check_crc(b, CRC_OFF) {
-            return Err(bad("CRC mismatch".into()));
+            return Err(bad("damaged DualFS superblock (checksum mismatch)".into()));
         }
         let role = match get_u32(b, 32) {
             1 => Role::Meta,

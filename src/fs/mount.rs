@@ -28,6 +28,11 @@ pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
     let mut b = vec![0u8; crate::format::superblock::SB_SIZE];
     dev.read_at(&mut b, 0)?;
     Superblock::decode(&b).map_err(|e| match e {
+        FsError::Corrupt { detail, .. }
+            if detail.starts_with("not a DualFS") || detail.starts_with("damaged") =>
+        {
+            FsError::Refused(format!("{}: {detail}", dev.describe()))
+        }
         FsError::Corrupt { detail, .. } => FsError::Refused(format!(
             "{}: not a usable DualFS device: {detail}",
             dev.describe()
