@@ -25,7 +25,7 @@ fn damaged_superblock_copy() {
     assert_error(
         &r,
         SUPERBLOCKS,
-        "is damaged: corrupt superblock: CRC mismatch",
+        "is damaged: corrupt superblock: damaged DualFS superblock (checksum mismatch)",
     );
     assert_errors_only_in(&r, &[SUPERBLOCKS]);
 
