@@ -17,6 +17,7 @@ mod mount;
 mod rename;
 pub mod types;
 
+pub use mount::{check_pair, read_superblock};
 pub use types::*;
 
 use crate::betree::{BeTree, NodeLoader};

@@ -440,13 +440,32 @@ impl TestFs {
     }
 
     fn try_unmount(&mut self) -> Result<(), String> {
+        self.try_stop(None)
+    }
+
+    /// Stop the daemon with a signal (SIGTERM, SIGINT, SIGHUP) instead of umount: it must
+    /// unmount itself, write its final checkpoint and exit 0; then the checker runs.
+    pub fn stop_with_signal(&mut self, sig: i32) {
+        assert!(
+            self.is_dualfs(),
+            "stop_with_signal needs the DualFS backend"
+        );
+        if let Err(msg) = self.try_stop(Some(sig)) {
+            panic!("{msg}");
+        }
+    }
+
+    fn try_stop(&mut self, signal: Option<i32>) -> Result<(), String> {
         if !self.mounted {
             return Err("unmount: not mounted".into());
         }
         self.mounted = false;
         let mut problems = Vec::new();
         let mut timeout = env_secs("DUALFS_TEST_EXIT_TIMEOUT_SECS", 120);
-        if let Err(e) = umount_retry(&self.mnt, env_secs("DUALFS_TEST_UMOUNT_BUSY_SECS", 10)) {
+        if let (Some(sig), Some(d)) = (signal, &self.daemon) {
+            unsafe { libc::kill(d.child.id() as i32, sig) };
+        } else if let Err(e) = umount_retry(&self.mnt, env_secs("DUALFS_TEST_UMOUNT_BUSY_SECS", 10))
+        {
             problems.push(format!(
                 "umount {}: {e} (some descriptor still open?)",
                 self.mnt.display()
