@@ -333,6 +333,11 @@ impl TestFs {
             cmd.arg(&self.data);
         }
         cmd.arg(&self.mnt);
+        // DUALFS_TEST_EXTRA_OPTS adds options to every mount (e.g. writeback_cache), to run
+        // the whole suite in another configuration.
+        if let Ok(extra) = std::env::var("DUALFS_TEST_EXTRA_OPTS") {
+            cmd.arg("-o").arg(extra);
+        }
         if !self.b.mount_opts.is_empty() {
             cmd.arg("-o").arg(&self.b.mount_opts);
         }
