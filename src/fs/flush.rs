@@ -340,6 +340,13 @@ impl Fs {
                 };
                 prepare_checkpoint(&self.sb, &mut fl.writer, &mut t, info)?
             };
+            // Nothing may be written into a segment this checkpoint frees before the flush
+            // lock is released, so its blocks can leave the cache now.
+            let freed: std::collections::HashSet<u64> = prepared.cleaned.iter().copied().collect();
+            if !freed.is_empty() {
+                self.inode_blocks
+                    .forget(|a| freed.contains(&self.sb.segment_of(a)));
+            }
             finish_checkpoint(&self.sb, &*self.meta, &mut fl.writer, prepared)
         })();
         match result {

@@ -7,6 +7,7 @@
 //! the gate, and no lock they need is held across device I/O.
 
 mod attr;
+mod blockcache;
 mod bmap;
 pub mod clean;
 mod dir;
@@ -98,6 +99,8 @@ pub struct Fs {
     tables: Mutex<Tables>,
     tree: BeTree,
     inodes: InodeCache,
+    /// Inode blocks recently read.
+    inode_blocks: blockcache::BlockCache,
     ino_alloc: Mutex<InoAllocator>,
     gate: RwLock<()>,
     dirty: Mutex<HashMap<u64, Arc<InodeEntry>>>,
@@ -200,7 +203,15 @@ impl Fs {
             let Some(loc) = loc else {
                 return Err(FsError::Errno(libc::ENOENT));
             };
-            let block = self.read_log_block(loc.addr)?;
+            let block = match self.inode_blocks.get(loc.addr) {
+                Some(b) => b,
+                None => {
+                    let b = Arc::new(self.read_log_block(loc.addr)?);
+                    crate::format::inode::check_inode_block(&b)?;
+                    self.inode_blocks.put(loc.addr, b.clone());
+                    b
+                }
+            };
             let d = crate::format::inode::inode_in_block(&block, loc.slot as usize)?;
             if d.ino != ino || d.generation != loc.generation {
                 return Err(FsError::corrupt(

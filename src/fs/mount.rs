@@ -96,6 +96,9 @@ impl Fs {
             tables: Mutex::new(tables),
             tree,
             inodes: InodeCache::default(),
+            inode_blocks: super::blockcache::BlockCache::new(
+                (opts.cache_bytes / 8 / sb.block_size as u64) as usize,
+            ),
             ino_alloc: Mutex::new(InoAllocator::new(free, next_new)),
             gate: RwLock::new(()),
             dirty: Mutex::new(HashMap::new()),

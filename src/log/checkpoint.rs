@@ -92,6 +92,8 @@ pub struct PreparedCheckpoint {
     plan: super::writer::Plan,
     blocks: Vec<TxnBlock>,
     pub cp: Checkpoint,
+    /// Segments this checkpoint makes reusable.
+    pub cleaned: Vec<u64>,
 }
 
 /// Lay out every dirty meta block at the log head and build checkpoint `info.serial`. Only
@@ -236,7 +238,12 @@ pub fn prepare_checkpoint(
         bitmap: t.data.file.inode(&meta_inode_template(BITMAP_ID)),
         nodemap: t.nodes.file.inode(&meta_inode_template(NODEMAP_ID)),
     };
-    Ok(PreparedCheckpoint { plan, blocks, cp })
+    Ok(PreparedCheckpoint {
+        plan,
+        blocks,
+        cp,
+        cleaned: to_clean,
+    })
 }
 
 /// Write the meta blocks, make them durable, then write and flush the checkpoint region.
