@@ -1,7 +1,6 @@
 //! The `dualfs` program's failure paths: every refusal is one clear line on stderr with exit
 //! code 1 (or 2 for a bad command line), and the images are left byte-for-byte as they were.
 
-use dualfs::format::seal_crc;
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};

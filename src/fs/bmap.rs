@@ -66,18 +66,17 @@ pub fn set(st: &mut InodeState, n: u64, data_addr: u64, p: u64) -> Result<u64, N
                 }
             }
             for s in &steps {
-                if !st.ptrs.contains_key(&(s.level, s.index)) {
+                if let std::collections::hash_map::Entry::Vacant(slot) =
+                    st.ptrs.entry((s.level, s.index))
+                {
                     if data_addr == 0 {
                         return Ok(0); // clearing a hole: nothing to do
                     }
-                    st.ptrs.insert(
-                        (s.level, s.index),
-                        PtrBlock {
-                            ptrs: Arc::new(vec![0; p as usize]),
-                            addr: 0,
-                            dirty: true,
-                        },
-                    );
+                    slot.insert(PtrBlock {
+                        ptrs: Arc::new(vec![0; p as usize]),
+                        addr: 0,
+                        dirty: true,
+                    });
                     st.d.meta_blocks += 1;
                 }
             }

@@ -446,15 +446,26 @@ impl Fs {
         let _g = self.gate.read();
         self.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
-        {
-            let mut pst = pe.state.write();
-            pst.d.size = pst.d.size.saturating_sub(1);
-            pst.d.mtime = now;
-            pst.d.ctime = now;
-            self.mark_dirty(&pe, &mut pst);
-        }
+        self.entry_removed(&pe, false, now);
         self.drop_link(&ce, now);
         Ok(())
+    }
+
+    /// Directory `pe` lost an entry (a subdirectory's when `subdir`, taking its '..' link).
+    fn entry_removed(
+        &self,
+        pe: &Arc<InodeEntry>,
+        subdir: bool,
+        now: crate::format::inode::DiskTime,
+    ) {
+        let mut pst = pe.state.write();
+        pst.d.size = pst.d.size.saturating_sub(1);
+        if subdir {
+            pst.d.nlink = pst.d.nlink.saturating_sub(1);
+        }
+        pst.d.mtime = now;
+        pst.d.ctime = now;
+        self.mark_dirty(pe, &mut pst);
     }
 
     /// One name of `ce` went away: count it, and free the inode when nothing uses it.
@@ -494,14 +505,7 @@ impl Fs {
         let _g = self.gate.read();
         self.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
-        {
-            let mut pst = pe.state.write();
-            pst.d.size = pst.d.size.saturating_sub(1);
-            pst.d.nlink = pst.d.nlink.saturating_sub(1);
-            pst.d.mtime = now;
-            pst.d.ctime = now;
-            self.mark_dirty(&pe, &mut pst);
-        }
+        self.entry_removed(&pe, true, now);
         self.drop_link(&ce, now);
         Ok(())
     }

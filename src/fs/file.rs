@@ -17,6 +17,16 @@ use crate::{FsError, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// The size of a regular file; EISDIR for a directory, EINVAL for anything else.
+fn regular_size(e: &InodeEntry) -> Result<u64> {
+    let st = e.state.read();
+    match st.d.mode & libc::S_IFMT {
+        libc::S_IFREG => Ok(st.d.size),
+        libc::S_IFDIR => Err(FsError::Errno(libc::EISDIR)),
+        _ => Err(FsError::Errno(libc::EINVAL)),
+    }
+}
+
 /// Largest reservation window, in blocks (it grows with the file up to this).
 const MAX_WINDOW: u64 = 1024;
 
@@ -233,15 +243,7 @@ impl Fs {
     pub fn read(&self, ino: u64, _fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         self.alive()?;
         let e = self.inode(ino)?;
-        let (fsize, mode) = {
-            let st = e.state.read();
-            (st.d.size, st.d.mode)
-        };
-        match mode & libc::S_IFMT {
-            libc::S_IFREG => {}
-            libc::S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
-            _ => return Err(FsError::Errno(libc::EINVAL)),
-        }
+        let fsize = regular_size(&e)?;
         if offset >= fsize || size == 0 {
             return Ok(Vec::new());
         }
@@ -351,17 +353,12 @@ impl Fs {
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.admit()?;
         let h = self.handle(fh)?;
+        if h.ino != ino {
+            return Err(FsError::Errno(libc::EBADF));
+        }
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
-        let (size, mode) = {
-            let st = e.state.read();
-            (st.d.size, st.d.mode)
-        };
-        match mode & libc::S_IFMT {
-            libc::S_IFREG => {}
-            libc::S_IFDIR => return Err(FsError::Errno(libc::EISDIR)),
-            _ => return Err(FsError::Errno(libc::EINVAL)),
-        }
+        let size = regular_size(&e)?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -374,15 +371,8 @@ impl Fs {
             return Err(FsError::Errno(libc::EFBIG));
         }
         let (first, last) = (off / bs, (end - 1) / bs);
-        // Bytes between the old end and the write are garbage on the device: zero them.
-        if off > size && size % bs != 0 {
-            let zb = size / bs;
-            let a = self.resolve(&e, zb)?;
-            if a != 0 {
-                let upto = off.min((zb + 1) * bs);
-                self.data
-                    .write_at(&vec![0u8; (upto - size) as usize], a * bs + size % bs)?;
-            }
+        if off > size {
+            self.zero_past_end(&e, size, off)?;
         }
         let mut addrs = Vec::with_capacity((last - first + 1) as usize);
         for n in first..=last {
@@ -478,6 +468,23 @@ impl Fs {
         Ok(())
     }
 
+    /// The end of a file moves from `size` to `to`: the bytes past `size` in its last block are
+    /// garbage on the device (left by an earlier truncate) and must read as zeros from now on.
+    fn zero_past_end(&self, e: &InodeEntry, size: u64, to: u64) -> Result<()> {
+        let bs = self.sb.block_size as u64;
+        if size % bs == 0 {
+            return Ok(());
+        }
+        let a = self.resolve(e, size / bs)?;
+        if a != 0 {
+            let upto = to.min((size / bs + 1) * bs);
+            self.data
+                .write_at(&vec![0u8; (upto - size) as usize], a * bs + size % bs)?;
+            self.data_dirty.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// Change a regular file's size (the caller holds its op lock).
     pub(crate) fn truncate_locked(&self, e: &Arc<InodeEntry>, new_size: u64) -> Result<()> {
         self.writable()?;
@@ -489,15 +496,8 @@ impl Fs {
         let keep = new_size.div_ceil(bs);
         if new_size < size {
             self.preload_all(e, keep)?;
-        } else if new_size > size && size % bs != 0 {
-            let zb = size / bs;
-            let a = self.resolve(e, zb)?;
-            if a != 0 {
-                let upto = new_size.min((zb + 1) * bs);
-                self.data
-                    .write_at(&vec![0u8; (upto - size) as usize], a * bs + size % bs)?;
-                self.data_dirty.store(true, Ordering::Release);
-            }
+        } else if new_size > size {
+            self.zero_past_end(e, size, new_size)?;
         }
         let _g = self.gate.read();
         let mut st = e.state.write();

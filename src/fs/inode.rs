@@ -134,10 +134,6 @@ impl InodeCache {
         self.evictions.fetch_add(1, Ordering::AcqRel);
     }
 
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
-    }
-
     /// Approximate memory held: inodes plus their cached indirect blocks.
     pub fn bytes(&self, block_size: u32) -> u64 {
         let mut n = 0u64;

@@ -66,7 +66,7 @@ impl Default for MountOptions {
 }
 
 /// State owned by whoever holds the flush lock.
-struct FlushState {
+pub(crate) struct FlushState {
     writer: LogWriter,
     ckpt_serial: u64,
     segments_since_ckpt: u64,

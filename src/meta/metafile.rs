@@ -114,6 +114,10 @@ impl MetaFile {
         Ok(())
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
     pub fn len(&self) -> u64 {
         self.blocks.len() as u64
     }
