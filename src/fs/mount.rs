@@ -1,7 +1,7 @@
 //! Bringing a file system up (mount, or a fresh one for mkfs) and down (unmount).
 
 use super::inode::{InoAllocator, InodeCache, InodeEntry};
-use super::{FlushState, Fs, MountOptions, Stats};
+use super::{FlushState, Fs, MountOptions, Recovery, Stats};
 use crate::betree::BeTree;
 use crate::device::BlockDevice;
 use crate::format::meta::{pointers_per_block, IMAP_ORPHAN};
@@ -74,6 +74,7 @@ pub fn check_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Supe
 }
 
 impl Fs {
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         sb: Arc<Superblock>,
         meta: Arc<dyn BlockDevice>,
@@ -82,6 +83,7 @@ impl Fs {
         tables: Tables,
         tree: BeTree,
         head: LogHead,
+        recovery: Recovery,
     ) -> Fs {
         let free: Vec<u64> = tables.ifile.free.iter().copied().collect();
         let next_new = tables.ifile.imap.len() as u64;
@@ -111,6 +113,7 @@ impl Fs {
             rename_lock: Mutex::new(()),
             cleaning: Mutex::new(()),
             stats: Mutex::new(Stats::default()),
+            recovery,
             stop: (Mutex::new(false), Condvar::new()),
             background: Mutex::new(None),
             sb,
@@ -132,15 +135,17 @@ impl Fs {
         let cp = read_newest(&sb, &*meta)?;
         let mut tables = load_tables(&sb, &*meta, &cp)?;
         let (head, report) = roll_forward(&sb, &*meta, &mut tables, &cp)?;
-        if cp.is_clean() && report.transactions == 0 {
+        let crashed = !cp.is_clean() || report.transactions > 0 || report.discarded > 0;
+        if !crashed {
             log::info!(
                 "mounting a cleanly unmounted file system (checkpoint {})",
                 cp.serial
             );
         } else {
             log::info!(
-                "recovery from checkpoint {}: {} transactions ({} partial segments, {} blocks) rolled forward, {} partial segments of an incomplete transaction discarded; stopped: {}",
+                "not unmounted cleanly: recovery from checkpoint {}{}: {} transactions ({} partial segments, {} blocks) rolled forward, {} partial segments of an incomplete transaction discarded; stopped: {}",
                 cp.serial,
+                if cp.is_clean() { " (clean)" } else { "" },
                 report.transactions,
                 report.partial_segments,
                 report.blocks,
@@ -164,7 +169,19 @@ impl Fs {
             .filter(|(_, e)| e.allocated() && e.flags & IMAP_ORPHAN != 0)
             .map(|(i, _)| i as u64)
             .collect();
-        let fs = Arc::new(Fs::assemble(sb, meta, data, opts, tables, tree, head));
+        let recovery = Recovery {
+            checkpoint_serial: cp.serial,
+            checkpoint_clean: cp.is_clean(),
+            report,
+            orphans_freed: if opts.read_only {
+                0
+            } else {
+                orphans.len() as u64
+            },
+        };
+        let fs = Arc::new(Fs::assemble(
+            sb, meta, data, opts, tables, tree, head, recovery,
+        ));
         if !fs.opts.read_only {
             for ino in orphans {
                 fs.free_orphan(ino)?;
@@ -208,7 +225,14 @@ impl Fs {
             ..MountOptions::default()
         };
         Ok(Arc::new(Fs::assemble(
-            sb, meta, data, opts, tables, tree, head,
+            sb,
+            meta,
+            data,
+            opts,
+            tables,
+            tree,
+            head,
+            Recovery::default(),
         )))
     }
 
