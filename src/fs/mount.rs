@@ -153,12 +153,15 @@ impl Fs {
                 report.stop_reason
             );
         }
-        let free_nodes = tables.nodes.free_ids(cp.next_node_id);
+        // Nodes made after the checkpoint and rolled forward have ids at or above the
+        // checkpoint's next id: those are in use now.
+        let next_node_id = cp.next_node_id.max(tables.nodes.used_limit());
+        let free_nodes = tables.nodes.free_ids(next_node_id);
         let tree = BeTree::open(
             sb.block_size,
             sb.hash_seed,
             opts.cache_bytes / 2,
-            cp.next_node_id,
+            next_node_id,
             free_nodes,
         );
         let orphans: Vec<u64> = tables
