@@ -162,7 +162,7 @@ fn crash_states() {
         }
     }
     // ACE, two operations: every ordered pair, one persistence variant each.
-    let ace2_shares = shares(budget * 35 / 100, core * core, mix(master, 2));
+    let ace2_shares = shares(budget * 30 / 100, core * core, mix(master, 2));
     for i in 0..core {
         for j in 0..core {
             let (p, q) = workloads::ace2_default_variant(i, j);
@@ -174,7 +174,7 @@ fn crash_states() {
         }
     }
     // Random workloads of hundreds of operations, and cleaner churn.
-    let n_random = (budget * 30 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
+    let n_random = (budget * 25 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
     for k in 0..n_random {
         jobs.push(Job {
             family: "random",
@@ -190,15 +190,24 @@ fn crash_states() {
             states: RANDOM_STATES_EACH,
         });
     }
+    let n_names = (budget * 10 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
+    for k in 0..n_names {
+        jobs.push(Job {
+            family: "names",
+            w: workloads::random(Flavor::Names, mix(master, 20_000 + k), RANDOM_OPS),
+            states: RANDOM_STATES_EACH,
+        });
+    }
     // Long workloads first, so the threads finish together.
     jobs.sort_by_key(|j| std::cmp::Reverse(j.w.ops.len()));
     let tallies = run_jobs(jobs, master);
     let mut total = Tally::default();
-    for family in ["ace1", "ace2", "random", "churn"] {
+    for family in ["ace1", "ace2", "random", "churn", "names"] {
         let t = tallies.get(family).cloned().unwrap_or_default();
         eprintln!(
             "{family:>6}: {:5} workloads, {:6} ops, {:7} distinct crash states, {:6} judged: \
-             {} rolled forward, {} discarded a torn transaction, {} lost nothing issued, \
+             {} rolled forward, {} discarded a torn transaction, {} freed orphans, \
+             {} lost nothing issued, \
              {} inside a cleaning pass, {} inside another checkpoint, {} also crashed during \
              recovery; {} violations",
             t.workloads,
@@ -207,6 +216,7 @@ fn crash_states() {
             t.states,
             t.rolled_forward,
             t.discarded,
+            t.orphans,
             t.lost_nothing,
             t.in_clean,
             t.in_checkpoint,

@@ -311,7 +311,8 @@ impl Model {
                 self.inodes.get_mut(&id).unwrap().perm = *perm;
                 Ok(())
             }
-            Op::Persist(..) | Op::Clean | Op::Mount | Op::Unmount => Ok(()),
+            Op::Hold(p) => self.resolve(p).map(drop),
+            Op::Persist(..) | Op::Release | Op::Clean | Op::Mount | Op::Unmount => Ok(()),
         }
     }
 

@@ -65,6 +65,11 @@ pub enum Op {
         path: String,
         perm: u16,
     },
+    /// Open the file (read-only) and keep it open (closing the one held before), so that an
+    /// unlink makes it an orphan that a crash leaves for the next mount to free.
+    Hold(String),
+    /// Close the held file.
+    Release,
     Persist(Persist),
     /// `fs.clean_pass(Greedy, 4)`: clean segments and checkpoint.
     Clean,
@@ -99,6 +104,8 @@ impl fmt::Display for Op {
             Op::Rename { from, to } => write!(f, "rename {from} {to}"),
             Op::Symlink { path, target } => write!(f, "symlink {path} ({} bytes)", target.len()),
             Op::Chmod { path, perm } => write!(f, "chmod {path} {perm:o}"),
+            Op::Hold(p) => write!(f, "hold {p} open"),
+            Op::Release => write!(f, "close the held file"),
             Op::Persist(Persist::Fsync(p)) => write!(f, "fsync {p}"),
             Op::Persist(Persist::Fdatasync(p)) => write!(f, "fdatasync {p}"),
             Op::Persist(Persist::Fsyncdir(p)) => write!(f, "fsyncdir {p}"),
@@ -160,9 +167,28 @@ fn nearest(fs: &Fs, path: &str) -> (String, u64) {
     }
 }
 
+/// Files the workload keeps open: (inode, handle).
+pub type Held = Option<(u64, u64)>;
+
+/// Close the held file, if any.
+pub fn release_held(fs: &Fs, held: &mut Held) -> Result<(), i32> {
+    match held.take() {
+        Some((ino, fh)) => fs.release(ino, fh).map_err(errno),
+        None => Ok(()),
+    }
+}
+
 /// Run `op` (global index `gi`) on `fs`. Mount and Unmount are the runner's.
-pub fn exec(fs: &Fs, op: &Op, gi: usize) -> Result<(), i32> {
+pub fn exec(fs: &Fs, op: &Op, gi: usize, held: &mut Held) -> Result<(), i32> {
     match op {
+        Op::Hold(p) => {
+            let ino = lookup_path(fs, p)?;
+            let fh = fs.open(&WHO, ino, libc::O_RDONLY).map_err(errno)?;
+            release_held(fs, held)?;
+            *held = Some((ino, fh));
+            Ok(())
+        }
+        Op::Release => release_held(fs, held),
         Op::Creat(p) => {
             let (parent, name) = parent_of(fs, p)?;
             let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;

@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::model::{join, DataWrite, Id, Kind, Model, View, ViewEntry};
-use super::ops::{exec, Op};
+use super::ops::{exec, release_held, Held, Op};
 
 /// Device sizes: 16 segments of 16 blocks of metadata (the smallest mkfs allows), 2 MiB of
 /// data in 4 groups.
@@ -78,11 +78,13 @@ pub fn make_base(setup: &[Op]) -> Base {
     let fs = Fs::mount(meta.clone(), data.clone(), mount_options()).expect("mount");
     let mut model = Model::new();
     let mut writes = BTreeMap::new();
+    let mut held: Held = None;
     for (gi, op) in setup.iter().enumerate() {
         let want = model.apply(gi, op, &mut writes);
-        let got = exec(&fs, op, gi);
+        let got = exec(&fs, op, gi, &mut held);
         assert_eq!(got, want, "setup op {gi} ({op}): DualFS and the model disagree");
     }
+    release_held(&fs, &mut held).expect("close");
     fs.unmount().expect("unmount");
     Base {
         setup: setup.to_vec(),
@@ -141,6 +143,7 @@ pub fn record(base: &Base, w: &Workload) -> Recording {
     let mut touched: BTreeMap<Id, Vec<usize>> = BTreeMap::new();
     let (mut starts, mut ends, mut ok) = (Vec::new(), Vec::new(), Vec::new());
     let mut fs: Option<Arc<Fs>> = None;
+    let mut held: Held = None;
     for (i, op) in ops.iter().enumerate() {
         let gi = setup_len + i;
         if let Some(id) = data_target(&model, op) {
@@ -157,10 +160,11 @@ pub fn record(base: &Base, w: &Workload) -> Recording {
             }
             Op::Unmount => {
                 let f = fs.take().unwrap();
+                release_held(&f, &mut held).expect("close");
                 f.unmount().expect("recorded unmount");
                 Ok(())
             }
-            _ => exec(fs.as_ref().unwrap(), op, gi),
+            _ => exec(fs.as_ref().unwrap(), op, gi, &mut held),
         };
         ends.push(clock.now());
         assert_eq!(
@@ -508,6 +512,8 @@ pub struct Matched {
     /// Roll-forward applied transactions / discarded an incomplete chain.
     pub rolled_forward: bool,
     pub discarded: bool,
+    /// The mount freed orphans (files unlinked while open at the crash).
+    pub orphans: bool,
     /// A second crash during the recovery mount and its unmount was judged too.
     pub recovery_crash: bool,
 }
@@ -648,6 +654,7 @@ pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<u64>) -> V
         prefix,
         rolled_forward: recovery.report.transactions > 0,
         discarded: recovery.report.discarded > 0,
+        orphans: recovery.orphans_freed > 0,
         recovery_crash: recovery_crash.is_some(),
     })
 }
@@ -769,6 +776,7 @@ pub struct Tally {
     pub states: u64,
     pub rolled_forward: u64,
     pub discarded: u64,
+    pub orphans: u64,
     pub lost_nothing: u64,
     /// States whose crash moment falls inside a cleaning pass / another checkpoint.
     pub in_clean: u64,
@@ -785,6 +793,7 @@ impl Tally {
         self.states += o.states;
         self.rolled_forward += o.rolled_forward;
         self.discarded += o.discarded;
+        self.orphans += o.orphans;
         self.lost_nothing += o.lost_nothing;
         self.in_clean += o.in_clean;
         self.in_checkpoint += o.in_checkpoint;
@@ -822,6 +831,7 @@ pub fn run_workload(
             rec.data.epoch_count(),
             all.len()
         );
+        eprintln!("  at the end: {} paths", rec.models.last().unwrap().paths().len());
         for (i, op) in rec.ops().iter().enumerate() {
             eprintln!("  {i:3} [{}..{}) {} {op}", rec.starts[i], rec.ends[i], if rec.ok[i] { "ok  " } else { "fail" });
         }
@@ -842,6 +852,7 @@ pub fn run_workload(
             Verdict::Matched(m) => {
                 t.rolled_forward += m.rolled_forward as u64;
                 t.discarded += m.discarded as u64;
+                t.orphans += m.orphans as u64;
                 t.lost_nothing += (m.prefix == issued(&rec, cp.t)) as u64;
                 t.recovery_crashes += m.recovery_crash as u64;
                 match op_at(&rec, cp.t) {

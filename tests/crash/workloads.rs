@@ -207,6 +207,16 @@ pub enum Flavor {
     /// Metadata churn with frequent fsyncs that fills the small log quickly, with explicit
     /// cleaning passes (and the automatic ones the log's fullness triggers).
     Churn,
+    /// Hundreds of long names in two directories: the directory tree splits, buffers messages
+    /// in internal nodes, merges and frees nodes.
+    Names,
+}
+
+/// The name pool of `Flavor::Names`: long names, so a tree node holds few of them.
+fn long_name(rng: &mut StdRng) -> String {
+    let d = if rng.gen_bool(0.5) { "A" } else { "B" };
+    let k = rng.gen_range(0..150u32);
+    format!("{d}/{k:03}-{}", "n".repeat(60 + (k as usize * 7) % 60))
 }
 
 /// "random/<seed>" or "churn/<seed>": `n` operations. The generator follows the tree in a model
@@ -228,15 +238,24 @@ pub fn random(flavor: Flavor, seed: u64, n: usize) -> Workload {
             .map(|(p, _)| p.clone())
             .collect();
         // Mostly an existing file (or symlink), else any name of the pools.
-        let f = if !files.is_empty() && rng.gen_bool(0.8) {
+        let fresh = |rng: &mut StdRng| match flavor {
+            Flavor::Names => long_name(rng),
+            _ => rand_file(rng),
+        };
+        let existing = if flavor == Flavor::Names { 0.95 } else { 0.8 };
+        let f = if !files.is_empty() && rng.gen_bool(existing) {
             files[rng.gen_range(0..files.len())].clone()
         } else {
-            rand_file(&mut rng)
+            fresh(&mut rng)
         };
         let r = rng.gen_range(0..100);
         let op = match flavor {
             Flavor::Mixed => mixed_op(&mut rng, r, f),
             Flavor::Churn => churn_op(&mut rng, r, f),
+            Flavor::Names => {
+                let other = fresh(&mut rng);
+                names_op(&mut rng, r, f, other)
+            }
         };
         let _ = model.apply(setup.len() + ops.len(), &op, &mut scratch);
         scratch.clear();
@@ -245,6 +264,7 @@ pub fn random(flavor: Flavor, seed: u64, n: usize) -> Workload {
     let name = match flavor {
         Flavor::Mixed => "random",
         Flavor::Churn => "churn",
+        Flavor::Names => "names",
     };
     Workload {
         id: format!("{name}/{seed}"),
@@ -271,6 +291,22 @@ fn data_len(rng: &mut StdRng) -> u64 {
 }
 
 fn mixed_op(rng: &mut StdRng, r: u32, f: String) -> Op {
+    // Rarely: far into the file (double indirect blocks begin at 2 MiB + 80 KiB), sparse.
+    if rng.gen_ratio(1, 150) {
+        let off = 2_150_000 + rng.gen_range(0..200_000);
+        return if rng.gen_bool(0.5) {
+            Op::Write {
+                path: f,
+                off,
+                len: rng.gen_range(1..9000),
+            }
+        } else {
+            Op::Truncate { path: f, size: off }
+        };
+    }
+    if rng.gen_ratio(1, 25) {
+        return if rng.gen_bool(0.6) { Op::Hold(f) } else { Op::Release };
+    }
     match r {
         0..=9 => Op::Creat(f),
         10..=29 => Op::Write {
@@ -349,6 +385,27 @@ fn churn_op(rng: &mut StdRng, r: u32, f: String) -> Op {
     }
 }
 
+fn names_op(rng: &mut StdRng, r: u32, f: String, other: String) -> Op {
+    match r {
+        0..=44 => Op::Creat(other),
+        45..=56 => Op::Unlink(f),
+        57..=71 => Op::Rename { from: f, to: other },
+        72..=76 => Op::Link { from: f, to: other },
+        77..=83 => Op::Symlink {
+            path: other,
+            target: f.into_bytes(),
+        },
+        84..=86 => Op::Write {
+            path: f,
+            off: rng.gen_range(0..8000),
+            len: rng.gen_range(1..3000),
+        },
+        87..=88 => Op::Hold(f),
+        89 => Op::Release,
+        _ => persist(rng, f),
+    }
+}
+
 /// The workload a `DUALFS_CRASH_CASE` id names.
 pub fn by_id(id: &str, random_len: usize) -> Workload {
     let (family, rest) = id.split_once('/').expect("family/number");
@@ -362,6 +419,7 @@ pub fn by_id(id: &str, random_len: usize) -> Workload {
         "ace2" => ace2(u(0), u(1), u(2), u(3)),
         "random" => random(Flavor::Mixed, nums[0], random_len),
         "churn" => random(Flavor::Churn, nums[0], random_len),
+        "names" => random(Flavor::Names, nums[0], random_len),
         _ => panic!("unknown workload family {family:?}"),
     }
 }
