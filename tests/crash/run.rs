@@ -586,10 +586,19 @@ fn same(a: &Observed, b: &Observed) -> Option<String> {
     None
 }
 
+/// A second crash, during the recovery mount and its unmount.
+#[derive(Clone, Debug)]
+pub enum RecoveryCrash {
+    /// At a moment and with subsets chosen by this seed.
+    Seeded(u64),
+    /// At moment `t` of the recovery's own record, with these subsets.
+    At(u64, Subset, Subset),
+}
+
 /// Mount the crash state (recovery), unmount, check, mount again and compare with the model.
-/// With `recovery_crash` set (a seed), the recovery mount and its unmount are recorded and a
-/// crash inside them is judged too: it must recover to what the first recovery showed.
-pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<u64>) -> Verdict {
+/// With `recovery_crash`, the recovery mount and its unmount are recorded and a crash inside
+/// them is judged too: it must recover to what the first recovery showed.
+pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<RecoveryCrash>) -> Verdict {
     let (m, d) = images(rec, cp);
     let clock = SeqClock::new();
     let meta = recorder(m.clone(), &clock);
@@ -630,12 +639,25 @@ pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<u64>) -> V
             problems.join("\n")
         ));
     };
-    if let Some(seed) = recovery_crash {
+    let recovery_crashed = recovery_crash.is_some();
+    if let Some(rc) = recovery_crash {
         // The first recovery's mount and unmount were recorded (and the second's after them).
-        let mut rng = StdRng::seed_from_u64(seed);
-        let t2 = rng.gen_range(0..=first_end);
-        let sm = if rng.gen_bool(0.5) { Subset::All } else { Subset::Random(rng.gen()) };
-        let sd = if rng.gen_bool(0.5) { Subset::All } else { Subset::Random(rng.gen()) };
+        let (t2, sm, sd) = match rc {
+            RecoveryCrash::At(t, m, d) => (t, m, d),
+            RecoveryCrash::Seeded(seed) => {
+                let mut rng = StdRng::seed_from_u64(seed);
+                let t2 = rng.gen_range(0..=first_end);
+                let pick = |rng: &mut StdRng| {
+                    if rng.gen_bool(0.5) {
+                        Subset::All
+                    } else {
+                        Subset::Random(rng.gen())
+                    }
+                };
+                let sm = pick(&mut rng);
+                (t2, sm, pick(&mut rng))
+            }
+        };
         let m2 = meta.crash_state_at(&m, t2, &sm.to_write_subset()).unwrap();
         let d2 = data.crash_state_at(&d, t2, &sd.to_write_subset()).unwrap();
         let what = format!("crash at moment {t2}/{sm}/{sd} of the recovery mount + unmount");
@@ -655,7 +677,7 @@ pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<u64>) -> V
         rolled_forward: recovery.report.transactions > 0,
         discarded: recovery.report.discarded > 0,
         orphans: recovery.orphans_freed > 0,
-        recovery_crash: recovery_crash.is_some(),
+        recovery_crash: recovery_crashed,
     })
 }
 
@@ -847,7 +869,7 @@ pub fn run_workload(
             .spec()
             .bytes()
             .fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3));
-        let rc = (h % 4 == 0).then_some(h);
+        let rc = (h % 4 == 0).then_some(RecoveryCrash::Seeded(h));
         match judge(&rec, cp, rc) {
             Verdict::Matched(m) => {
                 t.rolled_forward += m.rolled_forward as u64;
