@@ -248,3 +248,37 @@ fn crash_states() {
         total.states
     );
 }
+
+/// Crash states that once failed, judged exactly (they do not depend on sampling or seeds).
+/// Each names the bug it found.
+#[test]
+fn crash_states_that_found_bugs() {
+    use crash::run::{judge, record, RecoveryCrash, Subset, Verdict};
+    let cases: &[(&str, &str, Option<(u64, &str, &str)>, &str)] = &[
+        // A transaction split over two segments, only its second part landed; the recovery
+        // mount wrote its checkpoint's first part at the old head, then crashed: roll-forward
+        // took the stale second part for the continuation (half a transaction applied).
+        (
+            "ace2/38.42.2.0",
+            "6/2,3/all",
+            Some((1, "all", "all")),
+            "stale continuation adopted after a crash during recovery",
+        ),
+        (
+            "names/12460076518482832470",
+            "27/r6082460108910167736/all",
+            Some((1, "all", "all")),
+            "stale continuation adopted after a crash during recovery (inodes without names)",
+        ),
+    ];
+    for &(id, state, rc, bug) in cases {
+        let w = workloads::by_id(id, RANDOM_OPS);
+        let base = make_base(&w.setup);
+        let rec = record(&base, &w);
+        let cp = CrashPoint::parse(state);
+        let rc = rc.map(|(t, m, d)| RecoveryCrash::At(t, Subset::parse(m), Subset::parse(d)));
+        if let Verdict::Violation(why) = judge(&rec, &cp, rc) {
+            panic!("{bug}: {id} at {state}:\n{why}");
+        }
+    }
+}

@@ -4,7 +4,7 @@ use super::inode::{InoAllocator, InodeCache, InodeEntry};
 use super::{FlushState, Fs, MountOptions, Recovery, Stats};
 use crate::betree::BeTree;
 use crate::device::BlockDevice;
-use crate::format::meta::{pointers_per_block, IMAP_ORPHAN};
+use crate::format::meta::{pointers_per_block, IMAP_ORPHAN, SEG_ACTIVE};
 use crate::format::superblock::{Role, Superblock};
 use crate::log::checkpoint::read_newest;
 use crate::log::recovery::{load_tables, roll_forward};
@@ -73,6 +73,44 @@ pub fn check_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Supe
     Ok(sb)
 }
 
+/// Where a mount after a crash continues the log.
+///
+/// Beyond the recovered head the log may hold parts of a transaction that never completed:
+/// its first partial segment torn, later ones intact, numbered as if they continued the log.
+/// If this mount wrote at the head under the old checkpoint (its own checkpoint's meta blocks
+/// come first) and crashed before its checkpoint region was durable, the next roll-forward
+/// from the same checkpoint would read this mount's partial segment and then, where the log
+/// continues, take the stale parts for the rest of the log: half a transaction applied. So
+/// the log continues at the start of a clean segment that is neither the head's nor its
+/// successor (where the stale parts may be): roll-forward from the old checkpoint still stops
+/// at the old head, and once the new checkpoint is durable nothing stale carries its serial.
+/// The rest of the old head's segment stays unused until the segment is cleaned.
+fn continue_in_fresh_segment(sb: &Superblock, t: &mut Tables, head: LogHead) -> LogHead {
+    let cur = sb.segment_of(head.addr);
+    let next = head.next_segment;
+    let Some(fresh) = LogWriter::pick_segment(sb, t, next, &[cur, next]) else {
+        log::warn!("no clean segment to continue the log in after recovery; continuing at the head");
+        return head;
+    };
+    let Some(after) = LogWriter::pick_segment(sb, t, fresh, &[cur, next, fresh]) else {
+        log::warn!("no clean segment to continue the log in after recovery; continuing at the head");
+        return head;
+    };
+    // The old head's segment holds recovered log (DIRTY since roll-forward passed it); its
+    // successor held nothing committed and becomes clean again.
+    for s in [cur, next] {
+        t.ifile.set_seg_flags(s, 0, SEG_ACTIVE);
+    }
+    for s in [fresh, after] {
+        t.ifile.set_seg_flags(s, SEG_ACTIVE, 0);
+    }
+    LogHead {
+        addr: sb.segment_start(fresh),
+        next_segment: after,
+        ..head
+    }
+}
+
 impl Fs {
     #[allow(clippy::too_many_arguments)]
     fn assemble(
@@ -134,7 +172,7 @@ impl Fs {
         let sb = Arc::new(check_pair(&*meta, &*data)?);
         let cp = read_newest(&sb, &*meta)?;
         let mut tables = load_tables(&sb, &*meta, &cp)?;
-        let (head, report) = roll_forward(&sb, &*meta, &mut tables, &cp)?;
+        let (mut head, report) = roll_forward(&sb, &*meta, &mut tables, &cp)?;
         let crashed = !cp.is_clean() || report.transactions > 0 || report.discarded > 0;
         if !crashed {
             log::info!(
@@ -152,6 +190,9 @@ impl Fs {
                 report.discarded,
                 report.stop_reason
             );
+        }
+        if crashed && !opts.read_only {
+            head = continue_in_fresh_segment(&sb, &mut tables, head);
         }
         // Nodes made after the checkpoint and rolled forward have ids at or above the
         // checkpoint's next id: those are in use now.
