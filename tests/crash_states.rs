@@ -151,7 +151,7 @@ fn crash_states() {
     // ACE, one operation: every op with every persistence call.
     let core = workloads::ace_core_ops().len();
     let ace1_n = core * workloads::PERSIST_KINDS;
-    let ace1_shares = shares(budget * 20 / 100, ace1_n, mix(master, 1));
+    let ace1_shares = shares(budget * 15 / 100, ace1_n, mix(master, 1));
     for i in 0..core {
         for k in 0..workloads::PERSIST_KINDS {
             jobs.push(Job {
@@ -162,7 +162,7 @@ fn crash_states() {
         }
     }
     // ACE, two operations: every ordered pair, one persistence variant each.
-    let ace2_shares = shares(budget * 30 / 100, core * core, mix(master, 2));
+    let ace2_shares = shares(budget * 25 / 100, core * core, mix(master, 2));
     for i in 0..core {
         for j in 0..core {
             let (p, q) = workloads::ace2_default_variant(i, j);
@@ -190,6 +190,14 @@ fn crash_states() {
             states: RANDOM_STATES_EACH,
         });
     }
+    let n_full = (budget * 10 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
+    for k in 0..n_full {
+        jobs.push(Job {
+            family: "full",
+            w: workloads::random(Flavor::Full, mix(master, 30_000 + k), RANDOM_OPS),
+            states: RANDOM_STATES_EACH,
+        });
+    }
     let n_names = (budget * 10 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
     for k in 0..n_names {
         jobs.push(Job {
@@ -202,11 +210,12 @@ fn crash_states() {
     jobs.sort_by_key(|j| std::cmp::Reverse(j.w.ops.len()));
     let tallies = run_jobs(jobs, master);
     let mut total = Tally::default();
-    for family in ["ace1", "ace2", "random", "churn", "names"] {
+    for family in ["ace1", "ace2", "random", "churn", "names", "full"] {
         let t = tallies.get(family).cloned().unwrap_or_default();
         eprintln!(
             "{family:>6}: {:5} workloads, {:6} ops, {:7} distinct crash states, {:6} judged: \
              {} rolled forward, {} discarded a torn transaction, {} freed orphans, \
+             {} ops refused for space, \
              {} lost nothing issued, \
              {} inside a cleaning pass, {} inside another checkpoint, {} also crashed during \
              recovery; {} violations",
@@ -217,6 +226,7 @@ fn crash_states() {
             t.rolled_forward,
             t.discarded,
             t.orphans,
+            t.enospc,
             t.lost_nothing,
             t.in_clean,
             t.in_checkpoint,

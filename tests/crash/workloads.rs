@@ -207,6 +207,9 @@ pub enum Flavor {
     /// Metadata churn with frequent fsyncs that fills the small log quickly, with explicit
     /// cleaning passes (and the automatic ones the log's fullness triggers).
     Churn,
+    /// Big writes, appends, truncates and unlinks that keep the small data device nearly full,
+    /// so freed blocks are soon handed out again (and some writes meet ENOSPC).
+    Full,
     /// Hundreds of long names in two directories: the directory tree splits, buffers messages
     /// in internal nodes, merges and frees nodes.
     Names,
@@ -242,7 +245,10 @@ pub fn random(flavor: Flavor, seed: u64, n: usize) -> Workload {
             Flavor::Names => long_name(rng),
             _ => rand_file(rng),
         };
-        let existing = if flavor == Flavor::Names { 0.95 } else { 0.8 };
+        let existing = match flavor {
+            Flavor::Names | Flavor::Full => 0.95,
+            _ => 0.8,
+        };
         let f = if !files.is_empty() && rng.gen_bool(existing) {
             files[rng.gen_range(0..files.len())].clone()
         } else {
@@ -252,6 +258,7 @@ pub fn random(flavor: Flavor, seed: u64, n: usize) -> Workload {
         let op = match flavor {
             Flavor::Mixed => mixed_op(&mut rng, r, f),
             Flavor::Churn => churn_op(&mut rng, r, f),
+            Flavor::Full => full_op(&mut rng, r, f),
             Flavor::Names => {
                 let other = fresh(&mut rng);
                 names_op(&mut rng, r, f, other)
@@ -264,6 +271,7 @@ pub fn random(flavor: Flavor, seed: u64, n: usize) -> Workload {
     let name = match flavor {
         Flavor::Mixed => "random",
         Flavor::Churn => "churn",
+        Flavor::Full => "full",
         Flavor::Names => "names",
     };
     Workload {
@@ -385,6 +393,33 @@ fn churn_op(rng: &mut StdRng, r: u32, f: String) -> Op {
     }
 }
 
+fn full_op(rng: &mut StdRng, r: u32, f: String) -> Op {
+    match r {
+        0..=15 => Op::Creat(rand_file(rng)),
+        16..=39 => Op::Write {
+            path: f,
+            off: 4096 * rng.gen_range(0..64) + rng.gen_range(0..2) * rng.gen_range(0..4096),
+            len: rng.gen_range(16_000..260_000),
+        },
+        40..=54 => Op::Append {
+            path: f,
+            len: rng.gen_range(4_000..130_000),
+        },
+        55..=64 => Op::Truncate {
+            path: f,
+            size: rng.gen_range(0..200_000),
+        },
+        65..=71 => Op::Unlink(f),
+        72..=77 => Op::Rename {
+            from: f,
+            to: rand_file(rng),
+        },
+        78..=79 => Op::Hold(f),
+        80 => Op::Release,
+        _ => persist(rng, f),
+    }
+}
+
 fn names_op(rng: &mut StdRng, r: u32, f: String, other: String) -> Op {
     match r {
         0..=44 => Op::Creat(other),
@@ -420,6 +455,7 @@ pub fn by_id(id: &str, random_len: usize) -> Workload {
         "random" => random(Flavor::Mixed, nums[0], random_len),
         "churn" => random(Flavor::Churn, nums[0], random_len),
         "names" => random(Flavor::Names, nums[0], random_len),
+        "full" => random(Flavor::Full, nums[0], random_len),
         _ => panic!("unknown workload family {family:?}"),
     }
 }
