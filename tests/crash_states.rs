@@ -292,3 +292,249 @@ fn crash_states_that_found_bugs() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Durability without fsync, and what recovery reports (core API, real background thread).
+
+mod durability {
+    use dualfs::device::{BlockDevice, MemDevice, RecordingDevice, SeqClock, WriteSubset};
+    use dualfs::fs::{Caller, Fs, MountOptions};
+    use dualfs::mkfs::{mkfs, MkfsParams};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    const ROOT: u64 = 1;
+    const WHO: Caller = Caller::ROOT;
+
+    struct Devices {
+        clock: Arc<SeqClock>,
+        meta: Arc<RecordingDevice<MemDevice>>,
+        data: Arc<RecordingDevice<MemDevice>>,
+        base_meta: Vec<u8>,
+        base_data: Vec<u8>,
+    }
+
+    /// A fresh file system on recording devices (recording starts after mkfs).
+    fn devices() -> Devices {
+        let clock = SeqClock::new();
+        let meta = Arc::new(RecordingDevice::with_clock(
+            MemDevice::new(4 << 20),
+            4096,
+            clock.clone(),
+        ));
+        let data = Arc::new(RecordingDevice::with_clock(
+            MemDevice::new(8 << 20),
+            4096,
+            clock.clone(),
+        ));
+        let params = MkfsParams {
+            segment_blocks: 16,
+            ..MkfsParams::default()
+        };
+        mkfs(meta.clone(), data.clone(), &params).unwrap();
+        meta.restart_recording();
+        data.restart_recording();
+        Devices {
+            base_meta: meta.inner().snapshot(),
+            base_data: data.inner().snapshot(),
+            clock,
+            meta,
+            data,
+        }
+    }
+
+    impl Devices {
+        fn mount(&self, opts: MountOptions) -> Arc<Fs> {
+            let m: Arc<dyn BlockDevice> = self.meta.clone();
+            let d: Arc<dyn BlockDevice> = self.data.clone();
+            Fs::mount(m, d, opts).unwrap()
+        }
+
+        /// A power cut now that keeps only what was flushed: every write since each device's
+        /// last completed flush is lost.
+        fn cut_now(&self) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+            let t = self.clock.now();
+            let none = WriteSubset::Prefix(0);
+            let m = self.meta.crash_state_at(&self.base_meta, t, &none).unwrap();
+            let d = self.data.crash_state_at(&self.base_data, t, &none).unwrap();
+            (
+                Arc::new(MemDevice::from_bytes(m)),
+                Arc::new(MemDevice::from_bytes(d)),
+            )
+        }
+    }
+
+    fn opts(flush: Duration, checkpoint: Duration) -> MountOptions {
+        MountOptions {
+            flush_interval: flush,
+            checkpoint_interval: checkpoint,
+            ..MountOptions::default()
+        }
+    }
+
+    fn content(i: usize) -> Vec<u8> {
+        (0..10_000 + i * 777).map(|j| ((i * 31 + j * 7) % 251) as u8 + 1).collect()
+    }
+
+    /// Work that is never fsync'd: a directory, files with data, a rename, a symlink.
+    fn work(fs: &Fs, n: usize) -> u64 {
+        let dir = fs.mkdir(&WHO, ROOT, b"work", 0o755).unwrap().ino;
+        for i in 0..n {
+            let (a, fh) = fs
+                .create(&WHO, dir, format!("f{i}").as_bytes(), 0o644, libc::O_WRONLY)
+                .unwrap();
+            fs.write(a.ino, fh, 0, &content(i)).unwrap();
+            fs.release(a.ino, fh).unwrap();
+        }
+        fs.rename(&WHO, dir, b"f0", ROOT, b"moved", Default::default())
+            .unwrap();
+        fs.symlink(&WHO, dir, b"link", b"../moved").unwrap();
+        dir
+    }
+
+    fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
+        let fh = fs.open(&WHO, ino, libc::O_RDONLY).unwrap();
+        let v = fs.read(ino, fh, 0, 1 << 24).unwrap();
+        fs.release(ino, fh).unwrap();
+        v
+    }
+
+    fn verify(fs: &Fs, n: usize) {
+        let dir = fs.lookup(ROOT, b"work").expect("work/ survived").ino;
+        let moved = fs.lookup(ROOT, b"moved").expect("the rename survived");
+        assert_eq!(read_all(fs, moved.ino), content(0));
+        for i in 1..n {
+            let a = fs
+                .lookup(dir, format!("f{i}").as_bytes())
+                .unwrap_or_else(|e| panic!("work/f{i} lost: {e}"));
+            assert_eq!(read_all(fs, a.ino), content(i), "work/f{i}");
+        }
+        let l = fs.lookup(dir, b"link").unwrap();
+        assert_eq!(fs.readlink(l.ino).unwrap(), b"../moved");
+    }
+
+    /// Work not fsync'd survives a power cut that comes after the flush interval has passed:
+    /// the documented bound on what a crash loses.
+    #[test]
+    fn work_survives_a_power_cut_after_the_flush_interval() {
+        let dev = devices();
+        let flush = Duration::from_millis(200);
+        let fs = dev.mount(opts(flush, Duration::from_secs(3600)));
+        let n = 20;
+        work(&fs, n);
+        let done = Instant::now();
+        let flushes_after_work = fs.stats().flushes;
+        // One whole interval after the work, the background flush has run. Cut no sooner than
+        // two intervals later, once a flush has completed since the work (on a loaded machine
+        // this can take longer) and no further one followed it for an interval (in case that
+        // one had begun before the work ended).
+        std::thread::sleep(flush * 2);
+        let deadline = done + Duration::from_secs(10);
+        while fs.stats().flushes == flushes_after_work && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        loop {
+            let n = fs.stats().flushes;
+            std::thread::sleep(flush * 2);
+            if fs.stats().flushes == n || Instant::now() > deadline {
+                break;
+            }
+        }
+        let cut_after = done.elapsed();
+        let (m, d) = dev.cut_now();
+        drop(fs); // never unmounted: the original is simply abandoned
+        let crashed = Fs::mount(m.clone(), d.clone(), opts(flush, Duration::from_secs(3600)))
+            .expect("recovery");
+        let r = crashed.recovery().clone();
+        assert!(r.crashed(), "{r:?}");
+        assert!(!r.checkpoint_clean, "{r:?}");
+        assert!(
+            r.report.transactions > 0,
+            "the work must come back by roll-forward: {r:?}"
+        );
+        verify(&crashed, n);
+        crashed.unmount().unwrap();
+        let report = dualfs::check::check(&*m, &*d).unwrap();
+        assert!(report.is_clean(), "{report}");
+        eprintln!(
+            "power cut {cut_after:?} after unsynced work (flush interval {flush:?}): \
+             {} transactions, {} blocks rolled forward, nothing lost",
+            r.report.transactions, r.report.blocks
+        );
+    }
+
+    /// The clean flag tells a cleanly unmounted file system from a crashed one, and the
+    /// recovery report says what roll-forward did; a periodic checkpoint bounds the log that a
+    /// crash leaves to replay.
+    #[test]
+    fn recovery_reports_clean_and_crashed_mounts() {
+        let dev = devices();
+        let never = Duration::from_secs(3600);
+        // A clean unmount: nothing to recover.
+        let fs = dev.mount(opts(never, never));
+        assert!(fs.recovery().checkpoint_clean, "after mkfs");
+        assert!(!fs.recovery().crashed());
+        work(&fs, 5);
+        fs.unmount().unwrap();
+        drop(fs);
+        let fs = dev.mount(opts(never, never));
+        let r = fs.recovery().clone();
+        assert!(r.checkpoint_clean && !r.crashed(), "{r:?}");
+        assert_eq!(r.report.transactions, 0);
+        // Synced work, then a crash: the checkpoint is not clean, the log is replayed.
+        let dir = fs.lookup(ROOT, b"work").unwrap().ino;
+        for i in 0..10 {
+            fs.create(&WHO, dir, format!("g{i}").as_bytes(), 0o644, 0)
+                .map(|(a, h)| fs.release(a.ino, h))
+                .unwrap()
+                .unwrap();
+            fs.fsyncdir(dir, false).unwrap();
+        }
+        let (m, d) = dev.cut_now();
+        let crashed = Fs::mount(m.clone(), d.clone(), opts(never, never)).unwrap();
+        let r = crashed.recovery().clone();
+        assert!(!r.checkpoint_clean && r.crashed(), "{r:?}");
+        assert_eq!(r.report.transactions, 10, "one transaction per fsyncdir: {r:?}");
+        for i in 0..10 {
+            crashed.lookup(dir, format!("g{i}").as_bytes()).unwrap();
+        }
+        crashed.unmount().unwrap();
+        // Mounted again after recovery's clean unmount: clean, nothing to replay.
+        let again = Fs::mount(m.clone(), d.clone(), opts(never, never)).unwrap();
+        assert!(!again.recovery().crashed(), "{:?}", again.recovery());
+        again.unmount().unwrap();
+        fs.unmount().unwrap();
+
+        // With a short checkpoint interval, a crash replays only what came after the last
+        // periodic checkpoint.
+        let dev = devices();
+        let fs = dev.mount(opts(Duration::from_millis(50), Duration::from_millis(300)));
+        let dir = fs.mkdir(&WHO, ROOT, b"d", 0o755).unwrap().ino;
+        for i in 0..40 {
+            fs.create(&WHO, dir, format!("h{i}").as_bytes(), 0o644, 0)
+                .map(|(a, h)| fs.release(a.ino, h))
+                .unwrap()
+                .unwrap();
+            fs.fsyncdir(dir, false).unwrap();
+        }
+        let ckpts = fs.stats().checkpoints;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fs.stats().checkpoints < ckpts + 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(fs.stats().checkpoints >= ckpts + 2, "no periodic checkpoint");
+        let (m, d) = dev.cut_now();
+        let crashed = Fs::mount(m, d, opts(never, never)).unwrap();
+        let r = crashed.recovery().clone();
+        assert!(
+            r.report.transactions < 40,
+            "a periodic checkpoint came after the 40 fsyncs, yet {} transactions were replayed",
+            r.report.transactions
+        );
+        for i in 0..40 {
+            crashed.lookup(dir, format!("h{i}").as_bytes()).unwrap();
+        }
+        crashed.unmount().unwrap();
+        fs.unmount().unwrap();
+    }
+}
