@@ -285,6 +285,14 @@ fn crash_states_that_found_bugs() {
             Some((1, "all", "all")),
             "stale continuation adopted after a crash during recovery (inodes without names)",
         ),
+        // truncate f2 down (not durable), then a write past its end refused with ENOSPC: the
+        // write had zeroed the rest of the last block in place first, over durable data.
+        (
+            "full/13021929904561356305",
+            "218/r4191805821107300923/all",
+            None,
+            "a write refused for space zeroed durable bytes",
+        ),
     ];
     for &(id, state, rc, bug) in cases {
         let w = workloads::by_id(id, RANDOM_OPS);

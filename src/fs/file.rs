@@ -349,14 +349,17 @@ impl Fs {
             return Err(FsError::Errno(libc::EFBIG));
         }
         let (first, last) = (off / bs, (end - 1) / bs);
-        // Bytes between the old end and the write are garbage on the device: zero them.
+        // Bytes between the old end and the write are garbage on the device: they are zeroed,
+        // but only once the write cannot fail for want of space. The block may still hold
+        // durable data past the in-memory end (an uncommitted truncate), which a refused
+        // write must leave as it is.
+        let mut zero_tail = None;
         if off > size && size % bs != 0 {
             let zb = size / bs;
             let a = self.resolve(&e, zb)?;
             if a != 0 {
                 let upto = off.min((zb + 1) * bs);
-                self.data
-                    .write_at(&vec![0u8; (upto - size) as usize], a * bs + size % bs)?;
+                zero_tail = Some((a * bs + size % bs, (upto - size) as usize));
             }
         }
         let mut addrs = Vec::with_capacity((last - first + 1) as usize);
@@ -379,7 +382,12 @@ impl Fs {
                 }
             }
         }
-        if let Err(err) = self.write_blocks(&addrs, &fresh, first, off, data) {
+        let written = match zero_tail {
+            Some((at, len)) => self.data.write_at(&vec![0u8; len], at).map_err(Into::into),
+            None => Ok(()),
+        }
+        .and_then(|()| self.write_blocks(&addrs, &fresh, first, off, data));
+        if let Err(err) = written {
             let mut t = self.tables.lock();
             for &(s, c) in &new_runs {
                 t.data.unreserve(s, c);
