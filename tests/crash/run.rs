@@ -651,6 +651,12 @@ pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<RecoveryCr
     let mut prefix = None;
     for p in (lo..=hi).rev() {
         let problems = compare(rec, &second, p, lo, hi);
+        if std::env::var_os("DUALFS_CRASH_VERBOSE").is_some() {
+            eprintln!("  prefix {p}: {} differences", problems.len());
+            for x in problems.iter().take(4) {
+                eprintln!("    {x}");
+            }
+        }
         if problems.is_empty() {
             prefix = Some(p);
             break;
