@@ -100,7 +100,7 @@ fn run_jobs(jobs: Vec<Job>, master: u64) -> HashMap<&'static str, Tally> {
                     job.states,
                     seed_of(&job.w.id, master),
                     None,
-                    "crash_states",
+                    &format!("DUALFS_CRASH_SEED={master:#x}"),
                 );
                 tallies
                     .lock()
@@ -138,7 +138,7 @@ fn crash_states() {
             usize::MAX,
             seed_of(&w.id, master),
             only.as_ref(),
-            "crash_states",
+            &format!("DUALFS_CRASH_SEED={master:#x}"),
         );
         eprintln!(
             "{id}: {} crash states of {} judged, {} rolled forward, {} violations",
@@ -269,7 +269,9 @@ fn crash_states() {
 #[test]
 fn crash_states_that_found_bugs() {
     use crash::run::{judge, record, RecoveryCrash, Subset, Verdict};
-    let cases: &[(&str, &str, Option<(u64, &str, &str)>, &str)] = &[
+    /// (workload, crash point, crash during recovery (moment, meta, data), the bug)
+    type Case = (&'static str, &'static str, Option<(u64, &'static str, &'static str)>, &'static str);
+    let cases: &[Case] = &[
         // A transaction split over two segments, only its second part landed; the recovery
         // mount wrote its checkpoint's first part at the old head, then crashed: roll-forward
         // took the stale second part for the continuation (half a transaction applied).

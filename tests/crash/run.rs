@@ -777,7 +777,9 @@ fn describe_bytes(b: &[u8], at: usize) -> String {
 }
 
 /// Everything needed to see and replay a failing case.
-pub fn reproducer(rec: &Recording, cp: &CrashPoint, test: &str, why: &str) -> String {
+/// `replay_env` is what else the replay needs in its environment (the master seed, which
+/// seeds the recovery crashes).
+pub fn reproducer(rec: &Recording, cp: &CrashPoint, replay_env: &str, why: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "CRASH CONSISTENCY VIOLATION in workload {}", rec.id);
     let _ = writeln!(s, "{why}");
@@ -814,8 +816,8 @@ pub fn reproducer(rec: &Recording, cp: &CrashPoint, test: &str, why: &str) -> St
     }
     let _ = writeln!(
         s,
-        "replay: DUALFS_CRASH_CASE={} DUALFS_CRASH_STATE={} cargo test --release --test \
-         crash_states {test} -- --nocapture",
+        "replay: {replay_env} DUALFS_CRASH_CASE={} DUALFS_CRASH_STATE={} cargo test --release \
+         --test crash_states -- --exact crash_states --nocapture",
         rec.id,
         cp.spec()
     );
@@ -866,7 +868,7 @@ pub fn run_workload(
     max_states: usize,
     seed: u64,
     only: Option<&CrashPoint>,
-    test: &str,
+    replay_env: &str,
 ) -> Tally {
     let rec = record(base, w);
     let mut rng = StdRng::seed_from_u64(seed);
@@ -929,7 +931,7 @@ pub fn run_workload(
                 }
             }
             Verdict::Violation(why) => {
-                let r = reproducer(&rec, cp, test, &why);
+                let r = reproducer(&rec, cp, replay_env, &why);
                 eprintln!("{r}");
                 t.violations.push(r);
                 // One per workload is enough to go on.
