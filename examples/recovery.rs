@@ -90,7 +90,11 @@ fn parse_args() -> Args {
             "--intervals" => {
                 a.intervals = val()
                     .split(',')
-                    .map(|s| s.trim().parse().expect("intervals: seconds, comma-separated"))
+                    .map(|s| {
+                        s.trim()
+                            .parse()
+                            .expect("intervals: seconds, comma-separated")
+                    })
                     .collect()
             }
             "--threads" => a.threads = val().parse().expect("--threads N"),
@@ -166,16 +170,24 @@ fn worker(
         let res = if r < 45 || live.len() < 100 {
             let d = dirs[(x >> 8) as usize % dirs.len()];
             let name = format!("file-{id}-{n}");
-            fs.create(&WHO, d, name.as_bytes(), 0o644, 0).and_then(|(a, h)| {
-                live.push((d, name));
-                fs.release(a.ino, h)
-            })
+            fs.create(&WHO, d, name.as_bytes(), 0o644, 0)
+                .and_then(|(a, h)| {
+                    live.push((d, name));
+                    fs.release(a.ino, h)
+                })
         } else if r < 70 {
             let i = (x >> 8) as usize % live.len();
             let (d, old) = live[i].clone();
             let nd = dirs[(x >> 20) as usize % dirs.len()];
             let name = format!("moved-{id}-{n}");
-            let r = fs.rename(&WHO, d, old.as_bytes(), nd, name.as_bytes(), Default::default());
+            let r = fs.rename(
+                &WHO,
+                d,
+                old.as_bytes(),
+                nd,
+                name.as_bytes(),
+                Default::default(),
+            );
             live[i] = (nd, name);
             r
         } else if r < 95 || live.len() > 50_000 {

@@ -69,7 +69,12 @@ fn fsync_dir(p: &Path) -> std::io::Result<()> {
 
 /// Copy `files` under `root` in order: create, write in pieces, fsync; fsync each directory
 /// when its last file is done. Stops at the first error (the daemon was killed).
-fn copier(root: PathBuf, files: Vec<Planned>, progress: Arc<Mutex<Progress>>, stop: Arc<AtomicBool>) {
+fn copier(
+    root: PathBuf,
+    files: Vec<Planned>,
+    progress: Arc<Mutex<Progress>>,
+    stop: Arc<AtomicBool>,
+) {
     let run = || -> std::io::Result<()> {
         let mut made: Option<PathBuf> = None;
         for (k, f) in files.iter().enumerate() {
@@ -174,14 +179,19 @@ fn kill_9_during_a_heavy_workload() {
         let plans: Vec<Vec<Planned>> = (0..2).map(|k| plan(&mut rng, round, k, 400)).collect();
         let delay = Duration::from_millis(rng.gen_range(20..1200));
         let stop = Arc::new(AtomicBool::new(false));
-        let progress: Vec<Arc<Mutex<Progress>>> =
-            (0..2).map(|_| Arc::new(Mutex::new(Progress::default()))).collect();
+        let progress: Vec<Arc<Mutex<Progress>>> = (0..2)
+            .map(|_| Arc::new(Mutex::new(Progress::default())))
+            .collect();
         let threads: Vec<_> = plans
             .iter()
             .zip(&progress)
             .map(|(files, pr)| {
-                let (root, files, pr, stop) =
-                    (t.path().to_path_buf(), files.clone(), pr.clone(), stop.clone());
+                let (root, files, pr, stop) = (
+                    t.path().to_path_buf(),
+                    files.clone(),
+                    pr.clone(),
+                    stop.clone(),
+                );
                 std::thread::spawn(move || copier(root, files, pr, stop))
             })
             .collect();
@@ -214,7 +224,12 @@ fn kill_9_during_a_heavy_workload() {
              survive, {partial} unfinished one(s) show a prefix; copiers stopped by: {:?}",
             progress
                 .iter()
-                .map(|p| p.lock().unwrap().stopped.clone().unwrap_or("finished".into()))
+                .map(|p| p
+                    .lock()
+                    .unwrap()
+                    .stopped
+                    .clone()
+                    .unwrap_or("finished".into()))
                 .collect::<Vec<_>>()
         );
     }

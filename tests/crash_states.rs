@@ -27,9 +27,9 @@
 
 mod crash;
 
+use crash::run::Workload;
 use crash::run::{make_base, run_workload, Base, CrashPoint, Tally};
 use crash::workloads::{self, Flavor};
-use crash::run::Workload;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -179,7 +179,9 @@ fn crash_states() {
         }
     }
     // Random workloads of hundreds of operations, and cleaner churn.
-    let n_random = (budget * 25 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
+    let n_random = (budget * 25 / 100)
+        .div_ceil(RANDOM_STATES_EACH as u64)
+        .max(1);
     for k in 0..n_random {
         jobs.push(Job {
             family: "random",
@@ -187,7 +189,9 @@ fn crash_states() {
             states: RANDOM_STATES_EACH,
         });
     }
-    let n_churn = (budget * 15 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
+    let n_churn = (budget * 15 / 100)
+        .div_ceil(RANDOM_STATES_EACH as u64)
+        .max(1);
     for k in 0..n_churn {
         jobs.push(Job {
             family: "churn",
@@ -195,7 +199,9 @@ fn crash_states() {
             states: RANDOM_STATES_EACH,
         });
     }
-    let n_full = (budget * 10 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
+    let n_full = (budget * 10 / 100)
+        .div_ceil(RANDOM_STATES_EACH as u64)
+        .max(1);
     for k in 0..n_full {
         jobs.push(Job {
             family: "full",
@@ -203,7 +209,9 @@ fn crash_states() {
             states: RANDOM_STATES_EACH,
         });
     }
-    let n_names = (budget * 10 / 100).div_ceil(RANDOM_STATES_EACH as u64).max(1);
+    let n_names = (budget * 10 / 100)
+        .div_ceil(RANDOM_STATES_EACH as u64)
+        .max(1);
     for k in 0..n_names {
         jobs.push(Job {
             family: "names",
@@ -270,7 +278,12 @@ fn crash_states() {
 fn crash_states_that_found_bugs() {
     use crash::run::{judge, record, RecoveryCrash, Subset, Verdict};
     /// (workload, crash point, crash during recovery (moment, meta, data), the bug)
-    type Case = (&'static str, &'static str, Option<(u64, &'static str, &'static str)>, &'static str);
+    type Case = (
+        &'static str,
+        &'static str,
+        Option<(u64, &'static str, &'static str)>,
+        &'static str,
+    );
     let cases: &[Case] = &[
         // A transaction split over two segments, only its second part landed; the recovery
         // mount wrote its checkpoint's first part at the old head, then crashed: roll-forward
@@ -388,7 +401,9 @@ mod durability {
     }
 
     fn content(i: usize) -> Vec<u8> {
-        (0..10_000 + i * 777).map(|j| ((i * 31 + j * 7) % 251) as u8 + 1).collect()
+        (0..10_000 + i * 777)
+            .map(|j| ((i * 31 + j * 7) % 251) as u8 + 1)
+            .collect()
     }
 
     /// Work that is never fsync'd: a directory, files with data, a rename, a symlink.
@@ -509,7 +524,10 @@ mod durability {
         let crashed = Fs::mount(m.clone(), d.clone(), opts(never, never)).unwrap();
         let r = crashed.recovery().clone();
         assert!(!r.checkpoint_clean && r.crashed(), "{r:?}");
-        assert_eq!(r.report.transactions, 10, "one transaction per fsyncdir: {r:?}");
+        assert_eq!(
+            r.report.transactions, 10,
+            "one transaction per fsyncdir: {r:?}"
+        );
         for i in 0..10 {
             crashed.lookup(dir, format!("g{i}").as_bytes()).unwrap();
         }
@@ -537,7 +555,10 @@ mod durability {
         while fs.stats().checkpoints < ckpts + 2 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(fs.stats().checkpoints >= ckpts + 2, "no periodic checkpoint");
+        assert!(
+            fs.stats().checkpoints >= ckpts + 2,
+            "no periodic checkpoint"
+        );
         let (m, d) = dev.cut_now();
         let crashed = Fs::mount(m, d, opts(never, never)).unwrap();
         let r = crashed.recovery().clone();

@@ -174,11 +174,7 @@ impl<D: BlockDevice> RecordingDevice<D> {
         for write in state.epochs[..k].iter().flatten() {
             apply(&mut image, write)?;
         }
-        for (write, _) in state.epochs[k][..n]
-            .iter()
-            .zip(&chosen)
-            .filter(|(_, &c)| c)
-        {
+        for (write, _) in state.epochs[k][..n].iter().zip(&chosen).filter(|(_, &c)| c) {
             apply(&mut image, write)?;
         }
         Ok(image)
@@ -566,16 +562,22 @@ mod tests {
         assert_eq!((a.epoch_at(5), a.pending_at(5)), (1, 0));
         assert_eq!((a.epoch_at(6), a.pending_at(6)), (1, 1));
         let base = vec![0u8; 16384];
-        let s = a.crash_state_at(&base, 4, &WriteSubset::Chosen(vec![1])).unwrap();
+        let s = a
+            .crash_state_at(&base, 4, &WriteSubset::Chosen(vec![1]))
+            .unwrap();
         assert_eq!(&s[..12], &[0, 0, 0, 0, 3, 3, 3, 3, 0, 0, 0, 0]);
         let s = a.crash_state_at(&base, 5, &WriteSubset::Prefix(0)).unwrap();
         assert_eq!(&s[..12], &[1, 1, 1, 1, 3, 3, 3, 3, 0, 0, 0, 0]);
         // Writes issued at or after the moment never land, whatever the subset says.
         let s = a.crash_state_at(&base, 5, &WriteSubset::Prefix(9)).unwrap();
         assert_eq!(&s[8..12], &[0; 4]);
-        assert!(a.crash_state_at(&base, 5, &WriteSubset::Chosen(vec![0])).is_err());
+        assert!(a
+            .crash_state_at(&base, 5, &WriteSubset::Chosen(vec![0]))
+            .is_err());
         // A torn write on b: only its second piece.
-        let s = b.crash_state_at(&base, 2, &WriteSubset::Chosen(vec![1])).unwrap();
+        let s = b
+            .crash_state_at(&base, 2, &WriteSubset::Chosen(vec![1]))
+            .unwrap();
         assert_eq!(&s[4094..4098], &[0, 0, 2, 2]);
         let s = b.crash_state_at(&base, 6, &WriteSubset::Prefix(0)).unwrap();
         assert_eq!(s, b.inner().snapshot());

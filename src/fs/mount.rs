@@ -89,11 +89,15 @@ fn continue_in_fresh_segment(sb: &Superblock, t: &mut Tables, head: LogHead) -> 
     let cur = sb.segment_of(head.addr);
     let next = head.next_segment;
     let Some(fresh) = LogWriter::pick_segment(sb, t, next, &[cur, next]) else {
-        log::warn!("no clean segment to continue the log in after recovery; continuing at the head");
+        log::warn!(
+            "no clean segment to continue the log in after recovery; continuing at the head"
+        );
         return head;
     };
     let Some(after) = LogWriter::pick_segment(sb, t, fresh, &[cur, next, fresh]) else {
-        log::warn!("no clean segment to continue the log in after recovery; continuing at the head");
+        log::warn!(
+            "no clean segment to continue the log in after recovery; continuing at the head"
+        );
         return head;
     };
     // The old head's segment holds recovered log (DIRTY since roll-forward passed it); its

@@ -450,7 +450,10 @@ impl TestFs {
         while is_mounted(&self.mnt) {
             let _ = sys::umount2(&self.mnt, libc::MNT_DETACH);
             if start.elapsed() > Duration::from_secs(10) {
-                panic!("{} still mounted after the daemon was killed", self.mnt.display());
+                panic!(
+                    "{} still mounted after the daemon was killed",
+                    self.mnt.display()
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }

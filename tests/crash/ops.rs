@@ -83,10 +83,7 @@ impl Op {
     /// After this call returns successfully, everything before it is durable (DualFS writes
     /// everything dirty on any of them; a cleaning pass and an unmount end with a checkpoint).
     pub fn persists(&self) -> bool {
-        matches!(
-            self,
-            Op::Persist(_) | Op::Clean | Op::Mount | Op::Unmount
-        )
+        matches!(self, Op::Persist(_) | Op::Clean | Op::Mount | Op::Unmount)
     }
 }
 
@@ -192,12 +189,16 @@ pub fn exec(fs: &Fs, op: &Op, gi: usize, held: &mut Held) -> Result<(), i32> {
         Op::Creat(p) => {
             let (parent, name) = parent_of(fs, p)?;
             let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-            let (a, fh) = fs.create(&WHO, parent, &name, 0o644, flags).map_err(errno)?;
+            let (a, fh) = fs
+                .create(&WHO, parent, &name, 0o644, flags)
+                .map_err(errno)?;
             fs.release(a.ino, fh).map_err(errno)
         }
         Op::Mkdir(p) => {
             let (parent, name) = parent_of(fs, p)?;
-            fs.mkdir(&WHO, parent, &name, 0o755).map_err(errno).map(drop)
+            fs.mkdir(&WHO, parent, &name, 0o755)
+                .map_err(errno)
+                .map(drop)
         }
         Op::Write { path, off, len } => write(fs, gi, path, Some(*off), *len),
         Op::Append { path, len } => write(fs, gi, path, None, *len),
@@ -249,8 +250,8 @@ pub fn exec(fs: &Fs, op: &Op, gi: usize, held: &mut Held) -> Result<(), i32> {
                 Persist::Fdatasync(_) => fs.fsync(ino, true),
                 Persist::Fsyncdir(_) => {
                     let (path, ino) = nearest(fs, p.path());
-                    let is_dir = fs.getattr(ino).map_err(errno)?.kind
-                        == dualfs::fs::FileKind::Directory;
+                    let is_dir =
+                        fs.getattr(ino).map_err(errno)?.kind == dualfs::fs::FileKind::Directory;
                     let dir = if is_dir {
                         ino
                     } else {

@@ -82,7 +82,10 @@ pub fn make_base(setup: &[Op]) -> Base {
     for (gi, op) in setup.iter().enumerate() {
         let want = model.apply(gi, op, &mut writes);
         let got = exec(&fs, op, gi, &mut held);
-        assert_eq!(got, want, "setup op {gi} ({op}): DualFS and the model disagree");
+        assert_eq!(
+            got, want,
+            "setup op {gi} ({op}): DualFS and the model disagree"
+        );
     }
     release_held(&fs, &mut held).expect("close");
     fs.unmount().expect("unmount");
@@ -181,8 +184,7 @@ pub fn record(base: &Base, w: &Workload) -> Recording {
             enospc += 1;
         } else {
             assert_eq!(
-                got,
-                want,
+                got, want,
                 "workload {}: op {i} ({op}): DualFS and the model disagree (errno)",
                 w.id
             );
@@ -295,7 +297,11 @@ impl CrashPoint {
 
     pub fn parse(s: &str) -> CrashPoint {
         let parts: Vec<&str> = s.split('/').collect();
-        assert_eq!(parts.len(), 3, "DUALFS_CRASH_STATE is t/meta-subset/data-subset");
+        assert_eq!(
+            parts.len(),
+            3,
+            "DUALFS_CRASH_STATE is t/meta-subset/data-subset"
+        );
         let t = parts[0].parse().expect("moment");
         CrashPoint {
             t,
@@ -440,7 +446,8 @@ pub fn observe(fs: &Fs) -> Result<Observed, String> {
             })
             .map_err(|x| e("readdir", &p, x))?;
             for d in ents {
-                let name = String::from_utf8(d.name.clone()).map_err(|_| format!("/{p}: bad name"))?;
+                let name =
+                    String::from_utf8(d.name.clone()).map_err(|_| format!("/{p}: bad name"))?;
                 let path = join(&p, &name);
                 let ca = fs.getattr(d.ino).map_err(|x| e("getattr", &path, x))?;
                 if ca.kind != d.kind {
@@ -620,7 +627,10 @@ pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<RecoveryCr
     if std::env::var_os("DUALFS_CRASH_CHECK_RAW").is_some() {
         // The checker rolls the log forward itself: on the crash image as it is, it must
         // agree with the mount that nothing is inconsistent.
-        let (mm, dd) = (MemDevice::from_bytes(m.clone()), MemDevice::from_bytes(d.clone()));
+        let (mm, dd) = (
+            MemDevice::from_bytes(m.clone()),
+            MemDevice::from_bytes(d.clone()),
+        );
         match dualfs::check::check(&mm, &dd) {
             Ok(r) if r.is_clean() => {}
             Ok(r) => return Verdict::Violation(format!("checker on the crash image itself:\n{r}")),
@@ -799,7 +809,10 @@ pub fn reproducer(rec: &Recording, cp: &CrashPoint, replay_env: &str, why: &str)
             chosen(n, sub)
         );
     }
-    let _ = writeln!(s, "operations (setup, then recorded ops with their clock span):");
+    let _ = writeln!(
+        s,
+        "operations (setup, then recorded ops with their clock span):"
+    );
     for (gi, op) in rec.all_ops.iter().enumerate() {
         if gi < rec.setup_len {
             let _ = writeln!(s, "  setup {gi:3}: {op}");
@@ -891,7 +904,10 @@ pub fn run_workload(
             rec.data.epoch_count(),
             all.len()
         );
-        eprintln!("  at the end: {} paths", rec.models.last().unwrap().paths().len());
+        eprintln!(
+            "  at the end: {} paths",
+            rec.models.last().unwrap().paths().len()
+        );
         for (i, op) in rec.ops().iter().enumerate() {
             let e = match rec.errs[i] {
                 0 => "ok".to_string(),
@@ -927,7 +943,10 @@ pub fn run_workload(
                     _ => {}
                 }
                 if only.is_some() {
-                    eprintln!("{}: matched the model after {} recorded ops", rec.id, m.prefix);
+                    eprintln!(
+                        "{}: matched the model after {} recorded ops",
+                        rec.id, m.prefix
+                    );
                 }
             }
             Verdict::Violation(why) => {

@@ -79,7 +79,10 @@ pub fn ace_core_ops() -> Vec<Op> {
     for a in ACE_FILES {
         for b in ACE_FILES {
             if a != b {
-                v.push(Op::Link { from: s(a), to: s(b) });
+                v.push(Op::Link {
+                    from: s(a),
+                    to: s(b),
+                });
             }
         }
     }
@@ -89,14 +92,20 @@ pub fn ace_core_ops() -> Vec<Op> {
     for a in ACE_FILES {
         for b in ACE_FILES {
             if a != b {
-                v.push(Op::Rename { from: s(a), to: s(b) });
+                v.push(Op::Rename {
+                    from: s(a),
+                    to: s(b),
+                });
             }
         }
     }
     for a in ACE_DIRS {
         for b in ACE_DIRS {
             if a != b {
-                v.push(Op::Rename { from: s(a), to: s(b) });
+                v.push(Op::Rename {
+                    from: s(a),
+                    to: s(b),
+                });
             }
         }
     }
@@ -107,10 +116,7 @@ pub fn ace_core_ops() -> Vec<Op> {
         } else {
             vec![b't'; 300]
         };
-        v.push(Op::Symlink {
-            path: s(f),
-            target,
-        });
+        v.push(Op::Symlink { path: s(f), target });
     }
     v
 }
@@ -174,7 +180,10 @@ pub fn ace2(i: usize, j: usize, p: usize, q: usize) -> Workload {
 /// The persistence variant a pair gets in the default run (every pair runs once; all variants
 /// of a pair are reachable through `ace2`).
 pub fn ace2_default_variant(i: usize, j: usize) -> (usize, usize) {
-    ((i + 2 * j) % (PERSIST_KINDS + 1), (3 * i + j) % PERSIST_KINDS)
+    (
+        (i + 2 * j) % (PERSIST_KINDS + 1),
+        (3 * i + j) % PERSIST_KINDS,
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -313,7 +322,11 @@ fn mixed_op(rng: &mut StdRng, r: u32, f: String) -> Op {
         };
     }
     if rng.gen_ratio(1, 25) {
-        return if rng.gen_bool(0.6) { Op::Hold(f) } else { Op::Release };
+        return if rng.gen_bool(0.6) {
+            Op::Hold(f)
+        } else {
+            Op::Release
+        };
     }
     match r {
         0..=9 => Op::Creat(f),
