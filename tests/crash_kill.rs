@@ -216,7 +216,10 @@ fn kill_9_during_a_heavy_workload() {
             all_planned.extend(p);
         }
         // Recovery, then a clean unmount and the checker, then a fresh mount to look at.
+        // (The mount shows in the mount table before the daemon has finished the FUSE
+        // handshake; unmounting before that makes it exit with an error. A lookup waits.)
         t.mount();
+        fs::metadata(t.path()).expect("the recovered file system answers");
         t.remount();
         let partial = verify(t.path(), &round_planned, &durable);
         eprintln!(
