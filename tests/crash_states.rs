@@ -19,6 +19,10 @@
 //! - `DUALFS_CRASH_SEED`: master seed (random workloads, sampling, write subsets).
 //! - `DUALFS_CRASH_CASE=<workload id>` runs one workload (all its crash states, or with
 //!   `DUALFS_CRASH_STATE=<t>/<meta subset>/<data subset>` just one); a violation prints both.
+//! - `DUALFS_CRASH_ACE2_ALL`: run every 2-operation sequence with all 20 combinations of
+//!   persistence calls (81,920 workloads) instead of one combination per pair.
+//! - `DUALFS_CRASH_SECTOR`: the atomic write unit of both devices (default 4096; 512 tears
+//!   blocks into sectors).
 //! - `DUALFS_CRASH_THREADS`: worker threads (default: available parallelism).
 //! - `DUALFS_CRASH_VERBOSE`: list each workload's operations with their clock spans.
 //! - `DUALFS_CRASH_CHECK_RAW`: also run the checker on each crash image as it is (the checker
@@ -166,16 +170,28 @@ fn crash_states() {
             });
         }
     }
-    // ACE, two operations: every ordered pair, one persistence variant each.
-    let ace2_shares = shares(budget * 25 / 100, core * core, mix(master, 2));
+    // ACE, two operations: every ordered pair, one persistence variant each (all 20 with
+    // DUALFS_CRASH_ACE2_ALL: none or one of four after the first, one of four after the second).
+    let all_variants = std::env::var_os("DUALFS_CRASH_ACE2_ALL").is_some();
+    let variants: Vec<(usize, usize)> = (0..=workloads::PERSIST_KINDS)
+        .flat_map(|p| (0..workloads::PERSIST_KINDS).map(move |q| (p, q)))
+        .collect();
+    let per_pair = if all_variants { variants.len() } else { 1 };
+    let ace2_shares = shares(budget * 25 / 100, core * core * per_pair, mix(master, 2));
     for i in 0..core {
         for j in 0..core {
-            let (p, q) = workloads::ace2_default_variant(i, j);
-            jobs.push(Job {
-                family: "ace2",
-                w: workloads::ace2(i, j, p, q),
-                states: ace2_shares[i * core + j],
-            });
+            let chosen = if all_variants {
+                variants.clone()
+            } else {
+                vec![workloads::ace2_default_variant(i, j)]
+            };
+            for (k, (p, q)) in chosen.into_iter().enumerate() {
+                jobs.push(Job {
+                    family: "ace2",
+                    w: workloads::ace2(i, j, p, q),
+                    states: ace2_shares[(i * core + j) * per_pair + k],
+                });
+            }
         }
     }
     // Random workloads of hundreds of operations, and cleaner churn.

@@ -62,10 +62,19 @@ fn mem(bytes: Vec<u8>) -> Arc<MemDevice> {
     Arc::new(MemDevice::from_bytes(bytes))
 }
 
+/// The unit a device writes atomically: a 4 KiB page, or `DUALFS_CRASH_SECTOR` bytes (512 to
+/// tear blocks into sectors).
+fn atomic_unit() -> usize {
+    std::env::var("DUALFS_CRASH_SECTOR")
+        .ok()
+        .map(|v| v.parse().expect("DUALFS_CRASH_SECTOR is a number of bytes"))
+        .unwrap_or(4096)
+}
+
 fn recorder(bytes: Vec<u8>, clock: &Arc<SeqClock>) -> Arc<Rec> {
     Arc::new(RecordingDevice::with_clock(
         MemDevice::from_bytes(bytes),
-        4096,
+        atomic_unit(),
         clock.clone(),
     ))
 }
