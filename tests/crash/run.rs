@@ -654,6 +654,38 @@ pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<RecoveryCr
         Err(e) => return Verdict::Violation(e),
     };
     let first_end = clock.now();
+    if recovery_crash.is_some() {
+        // A read-only mount recovers in memory only: it must show the same tree and write
+        // nothing.
+        let (rm, rd) = (mem(m.clone()), mem(d.clone()));
+        let ro = MountOptions {
+            read_only: true,
+            ..mount_options()
+        };
+        let rmd: Arc<dyn BlockDevice> = rm.clone();
+        let rdd: Arc<dyn BlockDevice> = rd.clone();
+        match Fs::mount(rmd, rdd, ro) {
+            Err(e) => return Verdict::Violation(format!("read-only mount failed: {e}")),
+            Ok(fs) => {
+                let seen = observe(&fs);
+                let _ = fs.unmount();
+                match seen {
+                    Err(e) => return Verdict::Violation(format!("read-only mount: {e}")),
+                    Ok(o) => {
+                        if let Some(why) = same(&o, &first) {
+                            return Verdict::Violation(format!(
+                                "a read-only mount recovers something else than a \
+                                 read-write one:\n{why}"
+                            ));
+                        }
+                    }
+                }
+                if rm.snapshot() != m || rd.snapshot() != d {
+                    return Verdict::Violation("a read-only mount wrote to a device".into());
+                }
+            }
+        }
+    }
     // Again, from what the first recovery left: nothing may change.
     let (second, _) = match recover(meta.clone(), data.clone(), "second mount") {
         Ok(x) => x,
