@@ -12,8 +12,11 @@
 //! (transactions, partial segments, blocks, MiB) and the recovery (mount) time, with a clean
 //! mount of the same file system afterwards for scale.
 //!
-//!     bench/recovery.sh [--intervals 5,15,30] [--threads 2] [--rate 20000] [--fsync-every 64]
-//!                       [--flush 1] [--checkpoint-segments N] [--dir DIR] [--no-check]
+//!     bench/recovery.sh [--intervals 5,15,30] [--seconds N] [--threads 2] [--rate 20000]
+//!                       [--fsync-every 64] [--flush 1] [--checkpoint-segments N] [--dir DIR]
+//!                       [--no-check]
+//!
+//! `--seconds N`: write for at least N seconds before waiting for the worst moment to cut.
 //!
 //! `--rate` caps the operations per second of all threads together (0: as fast as they go),
 //! so that the log written, and with it the log to replay, grows with the interval.
@@ -64,6 +67,7 @@ impl BlockDevice for Cuttable {
 struct Args {
     intervals: Vec<u64>,
     threads: usize,
+    seconds: u64,
     rate: u64,
     fsync_every: u64,
     flush: u64,
@@ -76,6 +80,7 @@ fn parse_args() -> Args {
     let mut a = Args {
         intervals: vec![5, 15, 30],
         threads: 2,
+        seconds: 0,
         rate: 20_000,
         fsync_every: 64,
         flush: 1,
@@ -99,6 +104,7 @@ fn parse_args() -> Args {
             }
             "--threads" => a.threads = val().parse().expect("--threads N"),
             "--rate" => a.rate = val().parse().expect("--rate OPS_PER_SECOND"),
+            "--seconds" => a.seconds = val().parse().expect("--seconds N"),
             "--fsync-every" => a.fsync_every = val().parse().expect("--fsync-every N"),
             "--flush" => a.flush = val().parse().expect("--flush SECONDS"),
             "--checkpoint-segments" => {
@@ -108,8 +114,8 @@ fn parse_args() -> Args {
             "--no-check" => a.check = false,
             "-h" | "--help" => {
                 println!(
-                    "usage: recovery [--intervals 5,15,30] [--threads 2] [--rate 20000] \
-                     [--fsync-every 64] \
+                    "usage: recovery [--intervals 5,15,30] [--seconds N] [--threads 2] \
+                     [--rate 20000] [--fsync-every 64] \
                      [--flush 1] [--checkpoint-segments N] [--dir DIR] [--no-check]"
                 );
                 std::process::exit(0);
@@ -289,10 +295,11 @@ fn run(a: &Args, interval: u64) -> Row {
             last = Instant::now();
             periodic += 1;
         }
-        if periodic >= 1 && last.elapsed() >= target {
+        let long_enough = start.elapsed() >= Duration::from_secs(a.seconds);
+        if periodic >= 1 && long_enough && last.elapsed() >= target {
             break;
         }
-        if start.elapsed() > Duration::from_secs(interval * 4 + 60) {
+        if start.elapsed() > Duration::from_secs(a.seconds + interval * 4 + 60) {
             panic!("no periodic checkpoint after {:?}", start.elapsed());
         }
     }
