@@ -15,7 +15,7 @@ pub mod recording;
 pub use file::{DeviceKind, FileDevice, OpenMode};
 pub use memory::MemDevice;
 pub use probe::{is_mounted, probe_existing};
-pub use recording::{RecordedWrite, RecordingDevice, WriteSubset};
+pub use recording::{RecordedWrite, RecordingDevice, SeqClock, WriteSubset};
 
 pub trait BlockDevice: Send + Sync {
     /// Size of the device in bytes.

@@ -8,11 +8,40 @@
 //! crash epoch's writes: a device may reorder and drop writes that were never flushed. Writes
 //! are cut into aligned pieces of `atomic_unit` bytes (a sector), so that a crash state can
 //! hold part of one large write, as a real disk can.
+//!
+//! Several recorders can share one [`SeqClock`]: every write and every completed flush then
+//! carries a stamp from that clock, which puts the records of two devices (the metadata and
+//! the data device of one file system) on one timeline. A crash *at moment `t`* is then the
+//! same instant on both: on each device, every epoch whose flush completed before `t`, plus a
+//! subset of the open epoch's writes issued before `t` ([`RecordingDevice::crash_state_at`]).
 
 use super::BlockDevice;
 use parking_lot::Mutex;
 use std::io;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A sequence clock shared by several recorders: each event takes the next number. A moment
+/// `t` is the instant when exactly the events stamped `0..t` have happened, so `now()` is the
+/// present moment.
+#[derive(Debug, Default)]
+pub struct SeqClock(AtomicU64);
+
+impl SeqClock {
+    pub fn new() -> Arc<SeqClock> {
+        Arc::new(SeqClock::default())
+    }
+
+    /// The present moment: the stamp the next event will get.
+    pub fn now(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn tick(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst)
+    }
+}
 
 /// Atomic write unit of `RecordingDevice::new`: one 4 KiB sector.
 pub const DEFAULT_ATOMIC_UNIT: usize = 4096;
@@ -39,12 +68,18 @@ pub enum WriteSubset {
 pub struct RecordingDevice<D> {
     inner: D,
     atomic_unit: usize,
+    clock: Arc<SeqClock>,
     state: Mutex<State>,
 }
 
 struct State {
     /// Never empty: the last epoch is the open one.
     epochs: Vec<Vec<RecordedWrite>>,
+    /// Clock stamp of each recorded write, parallel to `epochs` (the pieces of one write share
+    /// the stamp of the write).
+    stamps: Vec<Vec<u64>>,
+    /// Clock stamp of the flush that closed each epoch (one fewer than `epochs`).
+    flush_stamps: Vec<u64>,
     power_cut: bool,
     /// Writes attempted since the device was made (counting failed ones).
     writes_attempted: u64,
@@ -62,11 +97,20 @@ impl<D: BlockDevice> RecordingDevice<D> {
     /// Wrap `inner`; writes are recorded as pieces of at most `atomic_unit` bytes aligned to
     /// multiples of it (`usize::MAX`: whole writes). An `atomic_unit` of 0 is taken as 1.
     pub fn with_atomic_unit(inner: D, atomic_unit: usize) -> Self {
+        Self::with_clock(inner, atomic_unit, SeqClock::new())
+    }
+
+    /// Wrap `inner`, stamping writes and flushes from `clock` (shared with other recorders to
+    /// put their records on one timeline).
+    pub fn with_clock(inner: D, atomic_unit: usize, clock: Arc<SeqClock>) -> Self {
         RecordingDevice {
             inner,
             atomic_unit: atomic_unit.max(1),
+            clock,
             state: Mutex::new(State {
                 epochs: vec![Vec::new()],
+                stamps: vec![Vec::new()],
+                flush_stamps: Vec::new(),
                 power_cut: false,
                 writes_attempted: 0,
                 fail_write_number: None,
@@ -82,7 +126,58 @@ impl<D: BlockDevice> RecordingDevice<D> {
     /// Forget the record so far and start again with one empty epoch. The base image for
     /// `crash_state` is then the device content at this moment.
     pub fn restart_recording(&self) {
-        self.state.lock().epochs = vec![Vec::new()];
+        let mut state = self.state.lock();
+        state.epochs = vec![Vec::new()];
+        state.stamps = vec![Vec::new()];
+        state.flush_stamps.clear();
+    }
+
+    /// The clock that stamps this device's writes and flushes.
+    pub fn clock(&self) -> &Arc<SeqClock> {
+        &self.clock
+    }
+
+    /// Clock stamps of the writes of epoch `k`, one per recorded write (empty if no such epoch).
+    pub fn stamps(&self, k: usize) -> Vec<u64> {
+        self.state.lock().stamps.get(k).cloned().unwrap_or_default()
+    }
+
+    /// Clock stamp of the flush that closed epoch `k` (None for the open epoch).
+    pub fn flush_stamp(&self, k: usize) -> Option<u64> {
+        self.state.lock().flush_stamps.get(k).copied()
+    }
+
+    /// The epoch open at moment `t`: the first whose closing flush is not stamped before `t`.
+    pub fn epoch_at(&self, t: u64) -> usize {
+        let state = self.state.lock();
+        state.flush_stamps.partition_point(|&f| f < t)
+    }
+
+    /// Writes of the epoch open at moment `t` that were issued before `t`: a crash at `t`
+    /// keeps any subset of them (`crash_state_at`'s `subset` indexes this many writes).
+    pub fn pending_at(&self, t: u64) -> usize {
+        let state = self.state.lock();
+        let k = state.flush_stamps.partition_point(|&f| f < t);
+        state.stamps[k].partition_point(|&s| s < t)
+    }
+
+    /// The device content after a crash at moment `t` of the shared clock: `base` with every
+    /// epoch closed before `t` applied, then `subset` of the writes of the epoch open at `t`
+    /// that were issued before `t` (see `pending_at`). Writes issued at or after `t` never
+    /// reach the image.
+    pub fn crash_state_at(&self, base: &[u8], t: u64, subset: &WriteSubset) -> io::Result<Vec<u8>> {
+        let state = self.state.lock();
+        let k = state.flush_stamps.partition_point(|&f| f < t);
+        let n = state.stamps[k].partition_point(|&s| s < t);
+        let chosen = choose(n, subset)?;
+        let mut image = base.to_vec();
+        for write in state.epochs[..k].iter().flatten() {
+            apply(&mut image, write)?;
+        }
+        for (write, _) in state.epochs[k][..n].iter().zip(&chosen).filter(|(_, &c)| c) {
+            apply(&mut image, write)?;
+        }
+        Ok(image)
     }
 
     /// Number of epochs, counting the open one (flushes + 1).
@@ -199,6 +294,7 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
             return Err(eio());
         }
         self.inner.write_at(buf, offset)?;
+        let stamp = self.clock.tick();
         let pieces = self
             .pieces(buf, offset)
             .map(|(offset, bytes)| RecordedWrite {
@@ -209,7 +305,11 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
             .epochs
             .last_mut()
             .expect("the open epoch always exists");
+        let before = open_epoch.len();
         open_epoch.extend(pieces);
+        let added = open_epoch.len() - before;
+        let open_stamps = state.stamps.last_mut().expect("parallel to epochs");
+        open_stamps.extend(std::iter::repeat_n(stamp, added));
         Ok(())
     }
 
@@ -219,7 +319,10 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
             return Err(eio());
         }
         self.inner.flush()?;
+        let stamp = self.clock.tick();
         state.epochs.push(Vec::new());
+        state.stamps.push(Vec::new());
+        state.flush_stamps.push(stamp);
         Ok(())
     }
 
@@ -433,6 +536,55 @@ mod tests {
         dev.write_at(&[2; 4], 4).unwrap();
         let s = dev.crash_state(&base, 0, &WriteSubset::Prefix(1)).unwrap();
         assert_eq!(&s[..8], &[1, 1, 1, 1, 2, 2, 2, 2]);
+    }
+
+    #[test]
+    fn a_shared_clock_puts_two_devices_on_one_timeline() {
+        let clock = SeqClock::new();
+        let a = RecordingDevice::with_clock(MemDevice::new(16384), 4096, clock.clone());
+        let b = RecordingDevice::with_clock(MemDevice::new(16384), 4096, clock.clone());
+        a.write_at(&[1; 4], 0).unwrap(); // 0
+        b.write_at(&[2; 4096], 4094).unwrap(); // 1 (two pieces)
+        b.flush().unwrap(); // 2
+        a.write_at(&[3; 4], 4).unwrap(); // 3
+        a.flush().unwrap(); // 4
+        a.write_at(&[4; 4], 8).unwrap(); // 5
+        assert_eq!(clock.now(), 6);
+        assert_eq!(a.stamps(0), vec![0, 3]);
+        assert_eq!(b.stamps(0), vec![1, 1]);
+        assert_eq!(a.stamps(1), vec![5]);
+        assert_eq!((a.flush_stamp(0), a.flush_stamp(1)), (Some(4), None));
+        assert_eq!(b.flush_stamp(0), Some(2));
+        // Moment 2: b's flush has not completed yet, a has one write issued.
+        assert_eq!((a.epoch_at(2), a.pending_at(2)), (0, 1));
+        assert_eq!((b.epoch_at(2), b.pending_at(2)), (0, 2));
+        assert_eq!((b.epoch_at(3), b.pending_at(3)), (1, 0));
+        assert_eq!((a.epoch_at(5), a.pending_at(5)), (1, 0));
+        assert_eq!((a.epoch_at(6), a.pending_at(6)), (1, 1));
+        let base = vec![0u8; 16384];
+        let s = a
+            .crash_state_at(&base, 4, &WriteSubset::Chosen(vec![1]))
+            .unwrap();
+        assert_eq!(&s[..12], &[0, 0, 0, 0, 3, 3, 3, 3, 0, 0, 0, 0]);
+        let s = a.crash_state_at(&base, 5, &WriteSubset::Prefix(0)).unwrap();
+        assert_eq!(&s[..12], &[1, 1, 1, 1, 3, 3, 3, 3, 0, 0, 0, 0]);
+        // Writes issued at or after the moment never land, whatever the subset says.
+        let s = a.crash_state_at(&base, 5, &WriteSubset::Prefix(9)).unwrap();
+        assert_eq!(&s[8..12], &[0; 4]);
+        assert!(a
+            .crash_state_at(&base, 5, &WriteSubset::Chosen(vec![0]))
+            .is_err());
+        // A torn write on b: only its second piece.
+        let s = b
+            .crash_state_at(&base, 2, &WriteSubset::Chosen(vec![1]))
+            .unwrap();
+        assert_eq!(&s[4094..4098], &[0, 0, 2, 2]);
+        let s = b.crash_state_at(&base, 6, &WriteSubset::Prefix(0)).unwrap();
+        assert_eq!(s, b.inner().snapshot());
+        a.restart_recording();
+        assert!(a.stamps(0).is_empty());
+        assert_eq!(a.flush_stamp(0), None);
+        assert_eq!(a.pending_at(100), 0);
     }
 
     #[test]

@@ -371,9 +371,15 @@ impl Fs {
             return Err(FsError::Errno(libc::EFBIG));
         }
         let (first, last) = (off / bs, (end - 1) / bs);
-        if off > size {
-            self.zero_past_end(&e, size, off)?;
-        }
+        // Bytes between the old end and the write are garbage on the device: they are zeroed,
+        // but only once the write cannot fail for want of space. The block may still hold
+        // durable data past the in-memory end (an uncommitted truncate), which a refused
+        // write must leave as it is.
+        let zero_tail = if off > size {
+            self.tail_past_end(&e, size, off)?
+        } else {
+            None
+        };
         let mut addrs = Vec::with_capacity((last - first + 1) as usize);
         for n in first..=last {
             addrs.push(self.resolve(&e, n)?);
@@ -394,7 +400,12 @@ impl Fs {
                 }
             }
         }
-        if let Err(err) = self.write_blocks(&addrs, &fresh, first, off, data) {
+        let written = match zero_tail {
+            Some((at, len)) => self.data.write_at(&vec![0u8; len], at).map_err(Into::into),
+            None => Ok(()),
+        }
+        .and_then(|()| self.write_blocks(&addrs, &fresh, first, off, data));
+        if let Err(err) = written {
             let mut t = self.tables.lock();
             for &(s, c) in &new_runs {
                 t.data.unreserve(s, c);
@@ -469,20 +480,19 @@ impl Fs {
     }
 
     /// The end of a file moves from `size` to `to`: the bytes past `size` in its last block are
-    /// garbage on the device (left by an earlier truncate) and must read as zeros from now on.
-    fn zero_past_end(&self, e: &InodeEntry, size: u64, to: u64) -> Result<()> {
+    /// garbage on the device (left by an earlier truncate) and must read as zeros from then on.
+    /// Returns where they are (device offset, length), if anywhere.
+    fn tail_past_end(&self, e: &InodeEntry, size: u64, to: u64) -> Result<Option<(u64, usize)>> {
         let bs = self.sb.block_size as u64;
         if size % bs == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let a = self.resolve(e, size / bs)?;
-        if a != 0 {
-            let upto = to.min((size / bs + 1) * bs);
-            self.data
-                .write_at(&vec![0u8; (upto - size) as usize], a * bs + size % bs)?;
-            self.data_dirty.store(true, Ordering::Release);
+        if a == 0 {
+            return Ok(None);
         }
-        Ok(())
+        let upto = to.min((size / bs + 1) * bs);
+        Ok(Some((a * bs + size % bs, (upto - size) as usize)))
     }
 
     /// Change a regular file's size (the caller holds its op lock).
@@ -497,7 +507,10 @@ impl Fs {
         if new_size < size {
             self.preload_all(e, keep)?;
         } else if new_size > size {
-            self.zero_past_end(e, size, new_size)?;
+            if let Some((at, len)) = self.tail_past_end(e, size, new_size)? {
+                self.data.write_at(&vec![0u8; len], at)?;
+                self.data_dirty.store(true, Ordering::Release);
+            }
         }
         let _g = self.gate.read();
         let mut st = e.state.write();

@@ -88,6 +88,27 @@ pub struct Stats {
     pub log_blocks_written: u64,
 }
 
+/// What mount found and did: the checkpoint it started from and what roll-forward replayed.
+#[derive(Clone, Debug, Default)]
+pub struct Recovery {
+    /// Serial of the newest valid checkpoint, the one mount started from.
+    pub checkpoint_serial: u64,
+    /// That checkpoint was written by a clean unmount.
+    pub checkpoint_clean: bool,
+    /// What roll-forward applied after it (and the incomplete tail it discarded).
+    pub report: crate::log::recovery::RecoveryReport,
+    /// Orphan inodes (no links, kept for an open file at the crash) freed by the mount.
+    pub orphans_freed: u64,
+}
+
+impl Recovery {
+    /// The file system had not been unmounted cleanly: its newest checkpoint is not a clean
+    /// one, or log was written after it.
+    pub fn crashed(&self) -> bool {
+        !self.checkpoint_clean || self.report.transactions > 0 || self.report.discarded > 0
+    }
+}
+
 /// A mounted DualFS. Every method takes `&self` and may be called from many threads.
 pub struct Fs {
     sb: Arc<Superblock>,
@@ -121,6 +142,7 @@ pub struct Fs {
     /// One cleaning pass at a time.
     cleaning: Mutex<()>,
     stats: Mutex<Stats>,
+    recovery: Recovery,
     stop: (Mutex<bool>, Condvar),
     background: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -152,6 +174,11 @@ impl Fs {
 
     pub fn stats(&self) -> Stats {
         *self.stats.lock()
+    }
+
+    /// What the mount found and recovered.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
     }
 
     fn nodes(&self) -> Nodes<'_> {

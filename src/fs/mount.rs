@@ -1,10 +1,10 @@
 //! Bringing a file system up (mount, or a fresh one for mkfs) and down (unmount).
 
 use super::inode::{InoAllocator, InodeCache, InodeEntry};
-use super::{FlushState, Fs, MountOptions, Stats};
+use super::{FlushState, Fs, MountOptions, Recovery, Stats};
 use crate::betree::BeTree;
 use crate::device::BlockDevice;
-use crate::format::meta::{pointers_per_block, IMAP_ORPHAN};
+use crate::format::meta::{pointers_per_block, IMAP_ORPHAN, SEG_ACTIVE};
 use crate::format::superblock::{Role, Superblock};
 use crate::log::checkpoint::read_newest;
 use crate::log::recovery::{load_tables, roll_forward};
@@ -78,7 +78,50 @@ pub fn check_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Supe
     Ok(sb)
 }
 
+/// Where a mount after a crash continues the log.
+///
+/// Beyond the recovered head the log may hold parts of a transaction that never completed:
+/// its first partial segment torn, later ones intact, numbered as if they continued the log.
+/// If this mount wrote at the head under the old checkpoint (its own checkpoint's meta blocks
+/// come first) and crashed before its checkpoint region was durable, the next roll-forward
+/// from the same checkpoint would read this mount's partial segment and then, where the log
+/// continues, take the stale parts for the rest of the log: half a transaction applied. So
+/// the log continues at the start of a clean segment that is neither the head's nor its
+/// successor (where the stale parts may be): roll-forward from the old checkpoint still stops
+/// at the old head, and once the new checkpoint is durable nothing stale carries its serial.
+/// The rest of the old head's segment stays unused until the segment is cleaned.
+fn continue_in_fresh_segment(sb: &Superblock, t: &mut Tables, head: LogHead) -> LogHead {
+    let cur = sb.segment_of(head.addr);
+    let next = head.next_segment;
+    let Some(fresh) = LogWriter::pick_segment(sb, t, next, &[cur, next]) else {
+        log::warn!(
+            "no clean segment to continue the log in after recovery; continuing at the head"
+        );
+        return head;
+    };
+    let Some(after) = LogWriter::pick_segment(sb, t, fresh, &[cur, next, fresh]) else {
+        log::warn!(
+            "no clean segment to continue the log in after recovery; continuing at the head"
+        );
+        return head;
+    };
+    // The old head's segment holds recovered log (DIRTY since roll-forward passed it); its
+    // successor held nothing committed and becomes clean again.
+    for s in [cur, next] {
+        t.ifile.set_seg_flags(s, 0, SEG_ACTIVE);
+    }
+    for s in [fresh, after] {
+        t.ifile.set_seg_flags(s, SEG_ACTIVE, 0);
+    }
+    LogHead {
+        addr: sb.segment_start(fresh),
+        next_segment: after,
+        ..head
+    }
+}
+
 impl Fs {
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         sb: Arc<Superblock>,
         meta: Arc<dyn BlockDevice>,
@@ -87,6 +130,7 @@ impl Fs {
         tables: Tables,
         tree: BeTree,
         head: LogHead,
+        recovery: Recovery,
     ) -> Fs {
         let free: Vec<u64> = tables.ifile.free.iter().copied().collect();
         let next_new = tables.ifile.imap.len() as u64;
@@ -119,6 +163,7 @@ impl Fs {
             rename_lock: Mutex::new(()),
             cleaning: Mutex::new(()),
             stats: Mutex::new(Stats::default()),
+            recovery,
             stop: (Mutex::new(false), Condvar::new()),
             background: Mutex::new(None),
             sb,
@@ -139,16 +184,18 @@ impl Fs {
         let sb = Arc::new(check_pair(&*meta, &*data)?);
         let cp = read_newest(&sb, &*meta)?;
         let mut tables = load_tables(&sb, &*meta, &cp)?;
-        let (head, report) = roll_forward(&sb, &*meta, &mut tables, &cp)?;
-        if cp.is_clean() && report.transactions == 0 {
+        let (mut head, report) = roll_forward(&sb, &*meta, &mut tables, &cp)?;
+        let crashed = !cp.is_clean() || report.transactions > 0 || report.discarded > 0;
+        if !crashed {
             log::info!(
                 "mounting a cleanly unmounted file system (checkpoint {})",
                 cp.serial
             );
         } else {
             log::info!(
-                "recovery from checkpoint {}: {} transactions ({} partial segments, {} blocks) rolled forward, {} partial segments of an incomplete transaction discarded; stopped: {}",
+                "not unmounted cleanly: recovery from checkpoint {}{}: {} transactions ({} partial segments, {} blocks) rolled forward, {} partial segments of an incomplete transaction discarded; stopped: {}",
                 cp.serial,
+                if cp.is_clean() { " (clean)" } else { "" },
                 report.transactions,
                 report.partial_segments,
                 report.blocks,
@@ -156,12 +203,18 @@ impl Fs {
                 report.stop_reason
             );
         }
-        let free_nodes = tables.nodes.free_ids(cp.next_node_id);
+        if crashed && !opts.read_only {
+            head = continue_in_fresh_segment(&sb, &mut tables, head);
+        }
+        // Nodes made after the checkpoint and rolled forward have ids at or above the
+        // checkpoint's next id: those are in use now.
+        let next_node_id = cp.next_node_id.max(tables.nodes.used_limit());
+        let free_nodes = tables.nodes.free_ids(next_node_id);
         let tree = BeTree::open(
             sb.block_size,
             sb.hash_seed,
             opts.cache_bytes / 2,
-            cp.next_node_id,
+            next_node_id,
             free_nodes,
         );
         let orphans: Vec<u64> = tables
@@ -172,7 +225,19 @@ impl Fs {
             .filter(|(_, e)| e.allocated() && e.flags & IMAP_ORPHAN != 0)
             .map(|(i, _)| i as u64)
             .collect();
-        let fs = Arc::new(Fs::assemble(sb, meta, data, opts, tables, tree, head));
+        let recovery = Recovery {
+            checkpoint_serial: cp.serial,
+            checkpoint_clean: cp.is_clean(),
+            report,
+            orphans_freed: if opts.read_only {
+                0
+            } else {
+                orphans.len() as u64
+            },
+        };
+        let fs = Arc::new(Fs::assemble(
+            sb, meta, data, opts, tables, tree, head, recovery,
+        ));
         if !fs.opts.read_only {
             for ino in orphans {
                 fs.free_orphan(ino)?;
@@ -216,7 +281,14 @@ impl Fs {
             ..MountOptions::default()
         };
         Ok(Arc::new(Fs::assemble(
-            sb, meta, data, opts, tables, tree, head,
+            sb,
+            meta,
+            data,
+            opts,
+            tables,
+            tree,
+            head,
+            Recovery::default(),
         )))
     }
 

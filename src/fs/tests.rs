@@ -335,3 +335,86 @@ fn reads_update_access_time_like_relatime() {
     fs.release(f.ino, fh).unwrap();
     fs.unmount().unwrap();
 }
+
+/// Regression: tree nodes made after the last checkpoint and rolled forward at mount have ids
+/// at or above the checkpoint's next node id. Mount used to take that id as is, so the
+/// recovered tree handed the same ids out again: new nodes overwrote the node map entries of
+/// live ones (and the next checkpoint said those ids were never used).
+#[test]
+fn node_ids_rolled_forward_are_not_handed_out_again() {
+    let (m, d) = devices(16, 16);
+    let fs = mount(&m, &d);
+    let dir = fs.mkdir(&U, ROOT, b"d", 0o755).unwrap();
+    fs.sync().unwrap();
+    let name = |i: usize| format!("{i:04}-{}", "n".repeat(100)).into_bytes();
+    // Enough long names to split the root leaf, made durable by a log write (no checkpoint).
+    for i in 0..200 {
+        fs.create(&U, dir.ino, &name(i), 0o644, 0)
+            .map(|(a, h)| fs.release(a.ino, h))
+            .unwrap()
+            .unwrap();
+    }
+    fs.fsyncdir(dir.ino, false).unwrap();
+    let (m2, d2) = crash_copy(&m, &d);
+    fs.unmount().unwrap();
+    let fs = mount(&m2, &d2);
+    assert!(fs.recovery().report.transactions > 0);
+    // More splits after recovery: new nodes need new ids.
+    for i in 200..400 {
+        fs.create(&U, dir.ino, &name(i), 0o644, 0)
+            .map(|(a, h)| fs.release(a.ino, h))
+            .unwrap()
+            .unwrap();
+    }
+    fs.sync().unwrap();
+    for i in 0..400 {
+        fs.lookup(dir.ino, &name(i))
+            .unwrap_or_else(|e| panic!("entry {i} lost after recovery: {e}"));
+    }
+    fs.unmount().unwrap();
+    let r = crate::check::check(&*m2, &*d2).unwrap();
+    assert!(r.is_clean(), "{r}");
+    let fs = mount(&m2, &d2);
+    assert_eq!(names(&fs, dir.ino).len(), 2 + 400);
+    fs.unmount().unwrap();
+}
+
+/// Regression: a write past the end zeroes the rest of the file's last block on the device
+/// (it is garbage there), and it did so before allocating its blocks. When the allocation
+/// then failed with ENOSPC, the write had failed, yet the bytes it zeroed in place were
+/// durable data of the file as of its last sync (a truncate since then not being durable):
+/// after a crash the synced file showed zeros it never held.
+#[test]
+fn a_write_refused_for_space_changes_no_data() {
+    let (m, d) = devices(16, 16);
+    let fs = mount(&m, &d);
+    let (f, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
+    let data: Vec<u8> = (0..12288u32).map(|i| (i % 251) as u8 + 1).collect();
+    fs.write(f.ino, fh, 0, &data).unwrap();
+    fs.sync().unwrap();
+    // Not durable: the file ends inside its second block now.
+    let set = SetAttr {
+        size: Some(5000),
+        ..Default::default()
+    };
+    fs.setattr(&U, f.ino, &set).unwrap();
+    // Far more than the data device holds, past the end: refused.
+    let big = vec![7u8; 32 << 20];
+    assert_eq!(
+        fs.write(f.ino, fh, 1 << 20, &big).unwrap_err().errno(),
+        libc::ENOSPC
+    );
+    // A power cut now: the file is as synced, every byte of it.
+    let (m2, d2) = crash_copy(&m, &d);
+    let fs2 = mount(&m2, &d2);
+    let a = fs2.lookup(ROOT, b"f").unwrap();
+    assert_eq!(a.size, 12288);
+    let h = fs2.open(&U, a.ino, libc::O_RDONLY).unwrap();
+    let got = fs2.read(a.ino, h, 0, 20000).unwrap();
+    let bad = got.iter().zip(&data).position(|(x, y)| x != y);
+    assert_eq!(bad, None, "synced data changed by a refused write");
+    fs2.release(a.ino, h).unwrap();
+    fs2.unmount().unwrap();
+    fs.release(f.ino, fh).unwrap();
+    fs.unmount().unwrap();
+}

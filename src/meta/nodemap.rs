@@ -44,6 +44,14 @@ impl NodeMap {
         old
     }
 
+    /// One past the highest id that has an address (ids at or above it name no node).
+    pub fn used_limit(&self) -> u64 {
+        self.addrs
+            .iter()
+            .rposition(|&a| a != 0)
+            .map_or(0, |i| i as u64 + 1)
+    }
+
     /// Ids below `limit` that are free.
     pub fn free_ids(&self, limit: u64) -> Vec<u64> {
         (2..limit).filter(|&i| self.get(i) == 0).collect()

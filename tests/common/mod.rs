@@ -438,6 +438,33 @@ impl TestFs {
         }
     }
 
+    /// Crash the mount process: SIGKILL the daemon (what it wrote to the images stays, what
+    /// it held in memory is lost), reap it, and lazily unmount the dead mount. The file system
+    /// is then not mounted; `mount()` runs recovery. Returns the daemon's pid. DualFS only.
+    pub fn kill_daemon_hard(&mut self) -> u32 {
+        assert!(self.mounted, "kill_daemon_hard: not mounted");
+        let mut d = self.daemon.take().expect("kill_daemon_hard: DualFS daemon");
+        d.disarm();
+        let pid = d.child.id();
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        let _ = d.child.wait();
+        self.mounted = false;
+        // A FUSE mount whose daemon died stays in the table until unmounted; programs still
+        // inside it get ENOTCONN.
+        let start = Instant::now();
+        while is_mounted(&self.mnt) {
+            let _ = sys::umount2(&self.mnt, libc::MNT_DETACH);
+            if start.elapsed() > Duration::from_secs(10) {
+                panic!(
+                    "{} still mounted after the daemon was killed",
+                    self.mnt.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        pid
+    }
+
     /// Unmount and mount again (the checker runs in between).
     pub fn remount(&mut self) {
         self.unmount();

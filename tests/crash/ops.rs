@@ -1,0 +1,289 @@
+//! Workload operations: what they are, how they print, and how they run on DualFS's core API.
+
+use std::fmt;
+
+use dualfs::fs::{Caller, Fs, SetAttr};
+use dualfs::FsError;
+
+use super::model::split;
+
+/// A persistence call. The path is where the workload aims it; when that name is gone the call
+/// goes to the nearest existing ancestor (as a program would fsync the parent directory).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Persist {
+    Fsync(String),
+    Fdatasync(String),
+    /// fsync of a directory.
+    Fsyncdir(String),
+    Sync,
+}
+
+impl Persist {
+    pub fn path(&self) -> &str {
+        match self {
+            Persist::Fsync(p) | Persist::Fdatasync(p) | Persist::Fsyncdir(p) => p,
+            Persist::Sync => "",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// open(O_CREAT | O_TRUNC | O_WRONLY, 0644): makes the file or truncates it.
+    Creat(String),
+    Mkdir(String),
+    /// pwrite of `len` pattern bytes at `off`.
+    Write {
+        path: String,
+        off: u64,
+        len: u64,
+    },
+    /// O_APPEND write of `len` pattern bytes.
+    Append {
+        path: String,
+        len: u64,
+    },
+    Truncate {
+        path: String,
+        size: u64,
+    },
+    Link {
+        from: String,
+        to: String,
+    },
+    Unlink(String),
+    Rmdir(String),
+    Rename {
+        from: String,
+        to: String,
+    },
+    Symlink {
+        path: String,
+        target: Vec<u8>,
+    },
+    Chmod {
+        path: String,
+        perm: u16,
+    },
+    /// Open the file (read-only) and keep it open (closing the one held before), so that an
+    /// unlink makes it an orphan that a crash leaves for the next mount to free.
+    Hold(String),
+    /// Close the held file.
+    Release,
+    Persist(Persist),
+    /// `fs.clean_pass(Greedy, 4)`: clean segments and checkpoint.
+    Clean,
+    /// Mount of the recorded devices (its checkpoint is part of the record).
+    Mount,
+    /// Clean unmount at the end (its checkpoint is part of the record).
+    Unmount,
+}
+
+impl Op {
+    /// After this call returns successfully, everything before it is durable (DualFS writes
+    /// everything dirty on any of them; a cleaning pass and an unmount end with a checkpoint).
+    pub fn persists(&self) -> bool {
+        matches!(self, Op::Persist(_) | Op::Clean | Op::Mount | Op::Unmount)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Creat(p) => write!(f, "creat {p}"),
+            Op::Mkdir(p) => write!(f, "mkdir {p}"),
+            Op::Write { path, off, len } => write!(f, "write {path} @{off}+{len}"),
+            Op::Append { path, len } => write!(f, "append {path} +{len}"),
+            Op::Truncate { path, size } => write!(f, "truncate {path} {size}"),
+            Op::Link { from, to } => write!(f, "link {from} {to}"),
+            Op::Unlink(p) => write!(f, "unlink {p}"),
+            Op::Rmdir(p) => write!(f, "rmdir {p}"),
+            Op::Rename { from, to } => write!(f, "rename {from} {to}"),
+            Op::Symlink { path, target } => write!(f, "symlink {path} ({} bytes)", target.len()),
+            Op::Chmod { path, perm } => write!(f, "chmod {path} {perm:o}"),
+            Op::Hold(p) => write!(f, "hold {p} open"),
+            Op::Release => write!(f, "close the held file"),
+            Op::Persist(Persist::Fsync(p)) => write!(f, "fsync {p}"),
+            Op::Persist(Persist::Fdatasync(p)) => write!(f, "fdatasync {p}"),
+            Op::Persist(Persist::Fsyncdir(p)) => write!(f, "fsyncdir {p}"),
+            Op::Persist(Persist::Sync) => write!(f, "sync"),
+            Op::Clean => write!(f, "clean_pass"),
+            Op::Mount => write!(f, "mount"),
+            Op::Unmount => write!(f, "unmount"),
+        }
+    }
+}
+
+/// The byte operation `gi` writes at file offset `off`: never zero, so holes and stale zeros
+/// are told apart, and different for every operation and offset (as far as a byte can be).
+pub fn pattern(gi: usize, off: u64) -> u8 {
+    let mut z = (gi as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(off.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    z = (z ^ (z >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z ^= z >> 29;
+    (z % 255) as u8 + 1
+}
+
+pub fn pattern_bytes(gi: usize, off: u64, len: u64) -> Vec<u8> {
+    (off..off + len).map(|o| pattern(gi, o)).collect()
+}
+
+const ROOT: u64 = 1;
+const WHO: Caller = Caller::ROOT;
+
+fn errno(e: FsError) -> i32 {
+    e.errno()
+}
+
+/// The inode of directory `path` ("" is the root).
+pub fn lookup_path(fs: &Fs, path: &str) -> Result<u64, i32> {
+    let mut cur = ROOT;
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        cur = fs.lookup(cur, comp.as_bytes()).map_err(errno)?.ino;
+    }
+    Ok(cur)
+}
+
+fn parent_of(fs: &Fs, path: &str) -> Result<(u64, Vec<u8>), i32> {
+    let (dir, name) = split(path);
+    Ok((lookup_path(fs, dir)?, name.as_bytes().to_vec()))
+}
+
+/// The deepest existing prefix of `path`, and its inode.
+fn nearest(fs: &Fs, path: &str) -> (String, u64) {
+    let mut p = path.to_string();
+    loop {
+        if p.is_empty() {
+            return (p, ROOT);
+        }
+        if let Ok(ino) = lookup_path(fs, &p) {
+            return (p, ino);
+        }
+        p = split(&p).0.to_string();
+    }
+}
+
+/// Files the workload keeps open: (inode, handle).
+pub type Held = Option<(u64, u64)>;
+
+/// Close the held file, if any.
+pub fn release_held(fs: &Fs, held: &mut Held) -> Result<(), i32> {
+    match held.take() {
+        Some((ino, fh)) => fs.release(ino, fh).map_err(errno),
+        None => Ok(()),
+    }
+}
+
+/// Run `op` (global index `gi`) on `fs`. Mount and Unmount are the runner's.
+pub fn exec(fs: &Fs, op: &Op, gi: usize, held: &mut Held) -> Result<(), i32> {
+    match op {
+        Op::Hold(p) => {
+            let ino = lookup_path(fs, p)?;
+            let fh = fs.open(&WHO, ino, libc::O_RDONLY).map_err(errno)?;
+            release_held(fs, held)?;
+            *held = Some((ino, fh));
+            Ok(())
+        }
+        Op::Release => release_held(fs, held),
+        Op::Creat(p) => {
+            let (parent, name) = parent_of(fs, p)?;
+            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+            let (a, fh) = fs
+                .create(&WHO, parent, &name, 0o644, flags)
+                .map_err(errno)?;
+            fs.release(a.ino, fh).map_err(errno)
+        }
+        Op::Mkdir(p) => {
+            let (parent, name) = parent_of(fs, p)?;
+            fs.mkdir(&WHO, parent, &name, 0o755)
+                .map_err(errno)
+                .map(drop)
+        }
+        Op::Write { path, off, len } => write(fs, gi, path, Some(*off), *len),
+        Op::Append { path, len } => write(fs, gi, path, None, *len),
+        Op::Truncate { path, size } => {
+            let ino = lookup_path(fs, path)?;
+            let set = SetAttr {
+                size: Some(*size),
+                ..Default::default()
+            };
+            fs.setattr(&WHO, ino, &set).map_err(errno).map(drop)
+        }
+        Op::Link { from, to } => {
+            let src = lookup_path(fs, from)?;
+            let (parent, name) = parent_of(fs, to)?;
+            fs.link(&WHO, src, parent, &name).map_err(errno).map(drop)
+        }
+        Op::Unlink(p) => {
+            let (parent, name) = parent_of(fs, p)?;
+            fs.unlink(&WHO, parent, &name).map_err(errno)
+        }
+        Op::Rmdir(p) => {
+            let (parent, name) = parent_of(fs, p)?;
+            fs.rmdir(&WHO, parent, &name).map_err(errno)
+        }
+        Op::Rename { from, to } => {
+            let (sp, sn) = parent_of(fs, from)?;
+            let (dp, dn) = parent_of(fs, to)?;
+            fs.rename(&WHO, sp, &sn, dp, &dn, Default::default())
+                .map_err(errno)
+        }
+        Op::Symlink { path, target } => {
+            let (parent, name) = parent_of(fs, path)?;
+            fs.symlink(&WHO, parent, &name, target)
+                .map_err(errno)
+                .map(drop)
+        }
+        Op::Chmod { path, perm } => {
+            let ino = lookup_path(fs, path)?;
+            let set = SetAttr {
+                mode: Some(*perm as u32),
+                ..Default::default()
+            };
+            fs.setattr(&WHO, ino, &set).map_err(errno).map(drop)
+        }
+        Op::Persist(p) => {
+            let ino = nearest(fs, p.path()).1;
+            match p {
+                Persist::Fsync(_) => fs.fsync(ino, false),
+                Persist::Fdatasync(_) => fs.fsync(ino, true),
+                Persist::Fsyncdir(_) => {
+                    let (path, ino) = nearest(fs, p.path());
+                    let is_dir =
+                        fs.getattr(ino).map_err(errno)?.kind == dualfs::fs::FileKind::Directory;
+                    let dir = if is_dir {
+                        ino
+                    } else {
+                        nearest(fs, split(&path).0).1
+                    };
+                    fs.fsyncdir(dir, false)
+                }
+                Persist::Sync => fs.sync(),
+            }
+            .map_err(errno)
+        }
+        Op::Clean => fs
+            .clean_pass(dualfs::clean::Policy::Greedy, 4)
+            .map_err(errno)
+            .map(drop),
+        Op::Mount | Op::Unmount => unreachable!("the runner mounts and unmounts"),
+    }
+}
+
+fn write(fs: &Fs, gi: usize, path: &str, off: Option<u64>, len: u64) -> Result<(), i32> {
+    let ino = lookup_path(fs, path)?;
+    let flags = libc::O_WRONLY | if off.is_none() { libc::O_APPEND } else { 0 };
+    let fh = fs.open(&WHO, ino, flags).map_err(errno)?;
+    let at = match off {
+        Some(o) => o,
+        None => fs.getattr(ino).map_err(errno)?.size,
+    };
+    let r = fs.write(ino, fh, at, &pattern_bytes(gi, at, len));
+    fs.release(ino, fh).map_err(errno)?;
+    match r {
+        Ok(n) if n as u64 == len => Ok(()),
+        Ok(n) => panic!("short write: {n} of {len}"),
+        Err(e) => Err(errno(e)),
+    }
+}
