@@ -6,6 +6,7 @@
 //! that is not on the device yet (the data device is flushed before the log).
 
 use super::bmap::{self, Need};
+use super::clean::Admit;
 use super::inode::{InodeEntry, InodeState, PtrBlock};
 use super::types::*;
 use super::{Fs, Handle};
@@ -50,9 +51,15 @@ impl Fs {
         if kind == Some(FileKind::Directory) && writing {
             return Err(FsError::Errno(libc::EISDIR));
         }
-        if writing {
-            self.admit()?;
-        }
+        // Opening to write takes no log space (each write is admitted); truncating frees.
+        let _admitted = match (writing, flags & libc::O_TRUNC != 0) {
+            (true, true) => Some(self.admit(Admit::Delete)?),
+            (true, false) => {
+                self.writable()?;
+                None
+            }
+            (false, _) => None,
+        };
         if flags & libc::O_TRUNC != 0 && kind == Some(FileKind::Regular) {
             let _op = e.op.lock_arc();
             self.truncate_locked(&e, 0)?;
@@ -324,7 +331,7 @@ impl Fs {
 
     /// Returns the number of bytes written (all of `data` unless an error).
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.admit()?;
+        let _admitted = self.admit(Admit::Write(data.len() as u64))?;
         let h = self.handle(fh)?;
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
@@ -367,8 +374,8 @@ impl Fs {
         let mut fresh = vec![false; addrs.len()];
         let mut new_runs = Vec::new();
         if holes > 0 {
-            let mut st = e.state.write();
             let first_hole = first + addrs.iter().position(|&a| a == 0).unwrap() as u64;
+            let mut st = e.state.write();
             let goal = self.data_goal(&st, first_hole);
             new_runs = self.alloc_data(&mut st, holes, goal)?;
             let mut it = new_runs.iter().flat_map(|&(s, c)| s..s + c);
@@ -397,6 +404,9 @@ impl Fs {
             }
         }
         st.d.blocks += holes;
+        if holes > 0 {
+            self.charge_block_range(first, last);
+        }
         {
             let mut recs = self.records.lock();
             for &(start, count) in &new_runs {
@@ -477,6 +487,7 @@ impl Fs {
         let _g = self.gate.read();
         let mut st = e.state.write();
         if new_size < size {
+            self.charge_block_range(keep, keep);
             let freed = bmap::free_from(&mut st, keep, self.ppb);
             let mut recs = self.records.lock();
             for (start, count) in freed.data {

@@ -80,6 +80,7 @@ struct Handle {
 pub struct Stats {
     pub flushes: u64,
     pub checkpoints: u64,
+    /// Log blocks written by transactions and checkpoints (summaries included).
     pub log_blocks_written: u64,
 }
 
@@ -113,6 +114,8 @@ pub struct Fs {
     rename_lock: Mutex<()>,
     /// One cleaning pass at a time.
     cleaning: Mutex<()>,
+    /// Cleaning and admission state: thresholds, counters, charges of pending work.
+    cleaner: clean::CleanerState,
     stats: Mutex<Stats>,
     stop: (Mutex<bool>, Condvar),
     background: Mutex<Option<std::thread::JoinHandle<()>>>,

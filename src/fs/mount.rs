@@ -110,6 +110,7 @@ impl Fs {
             next_fh: AtomicU64::new(1),
             rename_lock: Mutex::new(()),
             cleaning: Mutex::new(()),
+            cleaner: super::clean::CleanerState::new(),
             stats: Mutex::new(Stats::default()),
             stop: (Mutex::new(false), Condvar::new()),
             background: Mutex::new(None),
