@@ -119,7 +119,9 @@ impl Fs {
         let room = self.log_room_bytes();
         let per_inode = self.inode_log_bytes();
         let t = self.tables.lock();
-        let free = t.data.free_blocks();
+        // Blocks freed by transactions still pending are free: a write that needs them
+        // writes the log first.
+        let free = t.data.free_blocks() + self.pending_data_frees();
         let ffree = (room / per_inode).min(u32::MAX as u64 - t.ifile.live_inodes);
         Ok(StatFs {
             blocks: self.sb.data_blocks,

@@ -212,6 +212,43 @@ fn a_full_log_gives_enospc_keeps_everything_and_comes_back_after_deletes() {
 }
 
 #[test]
+fn a_full_data_device_gives_enospc_and_comes_back() {
+    let (meta, data) = devices(8, 8);
+    let fs = mount(meta.clone(), data.clone());
+    let chunk = vec![7u8; 256 << 10];
+    let mut names = Vec::new();
+    'fill: for i in 0.. {
+        let name = format!("big{i}");
+        let (a, fh) = fs.create(&U, ROOT, name.as_bytes(), 0o644, 0).unwrap();
+        names.push((name, a.ino));
+        for k in 0..4u64 {
+            if let Err(e) = fs.write(a.ino, fh, k * chunk.len() as u64, &chunk) {
+                assert!(matches!(e, FsError::Errno(libc::ENOSPC)), "{e}");
+                fs.release(a.ino, fh).unwrap();
+                break 'fill;
+            }
+        }
+        fs.release(a.ino, fh).unwrap();
+    }
+    // A write takes all its blocks or none: less than one is left.
+    assert!(fs.statfs().unwrap().bavail < chunk.len() as u64 / BS);
+    fs.sync().unwrap();
+    assert_checks(&*meta, &*data, "data device full");
+    for (name, ino) in &names[..names.len() - 1] {
+        assert_eq!(fs.getattr(*ino).unwrap().size, 1 << 20, "{name}");
+        assert_eq!(fs.read(*ino, 0, 12345, 3).unwrap(), vec![7u8; 3]);
+    }
+    for (name, _) in &names {
+        fs.unlink(&U, ROOT, name.as_bytes()).unwrap();
+    }
+    let (a, fh) = fs.create(&U, ROOT, b"after", 0o644, 0).unwrap();
+    fs.write(a.ino, fh, 0, &chunk).unwrap();
+    fs.release(a.ino, fh).unwrap();
+    fs.unmount().unwrap();
+    assert_checks(&*meta, &*data, "at the end");
+}
+
+#[test]
 fn explicit_segments_are_checked_before_cleaning() {
     let (meta, data) = devices(8, 16);
     let fs = mount(meta.clone(), data.clone());

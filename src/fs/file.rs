@@ -272,6 +272,24 @@ impl Fs {
         Ok(())
     }
 
+    /// Data blocks freed by operations whose transaction is not durable yet.
+    pub(crate) fn data_frees_pending(&self) -> bool {
+        self.pending_data_frees() > 0
+    }
+
+    /// How many data blocks pending transactions free (they stay allocated in the committed
+    /// bitmap until then).
+    pub(crate) fn pending_data_frees(&self) -> u64 {
+        self.records
+            .lock()
+            .iter()
+            .map(|r| match *r {
+                Record::DFree { count, .. } => count,
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Take `n` data blocks for `e` from its reservation window, reserving a new window near
     /// `goal` when it runs out. Returns runs (start, count).
     fn alloc_data(&self, st: &mut InodeState, n: u64, goal: u64) -> Result<Vec<(u64, u64)>> {
@@ -375,9 +393,20 @@ impl Fs {
         let mut new_runs = Vec::new();
         if holes > 0 {
             let first_hole = first + addrs.iter().position(|&a| a == 0).unwrap() as u64;
-            let mut st = e.state.write();
-            let goal = self.data_goal(&st, first_hole);
-            new_runs = self.alloc_data(&mut st, holes, goal)?;
+            let alloc = || {
+                let mut st = e.state.write();
+                let goal = self.data_goal(&st, first_hole);
+                self.alloc_data(&mut st, holes, goal)
+            };
+            new_runs = match alloc() {
+                // Blocks freed by deletes become allocatable once the log has the free: a
+                // full device has room again right after `rm`, not only after the next flush.
+                Err(FsError::Errno(libc::ENOSPC)) if self.data_frees_pending() => {
+                    self.sync_log()?;
+                    alloc()?
+                }
+                r => r?,
+            };
             let mut it = new_runs.iter().flat_map(|&(s, c)| s..s + c);
             for (i, a) in addrs.iter_mut().enumerate() {
                 if *a == 0 {
