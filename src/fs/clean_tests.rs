@@ -105,13 +105,21 @@ fn churn_keeps_segment_usage_exact_and_clean_segments_above_the_cleaners_reserve
         let ino = make_sparse(&fs, &name, 1 + rng.next(6), tag).unwrap();
         files.insert(name, (ino, tag));
         while files.len() > 40 {
-            let k = files.keys().nth(rng.next(files.len() as u64) as usize).unwrap().clone();
+            let k = files
+                .keys()
+                .nth(rng.next(files.len() as u64) as usize)
+                .unwrap()
+                .clone();
             fs.unlink(&U, ROOT, k.as_bytes()).unwrap();
             files.remove(&k);
         }
         if i % 7 == 0 {
             // Overwrite: truncate away and write again.
-            let k = files.keys().nth(rng.next(files.len() as u64) as usize).unwrap().clone();
+            let k = files
+                .keys()
+                .nth(rng.next(files.len() as u64) as usize)
+                .unwrap()
+                .clone();
             let (ino, _) = files[&k];
             fs.setattr(
                 &U,
@@ -147,7 +155,11 @@ fn churn_keeps_segment_usage_exact_and_clean_segments_above_the_cleaners_reserve
     for (name, &(ino, tag)) in &files {
         let a = fs.lookup(ROOT, name.as_bytes()).unwrap();
         assert_eq!(a.ino, ino);
-        let b = if tag == 0 { sparse_block(2) } else { sparse_block(0) };
+        let b = if tag == 0 {
+            sparse_block(2)
+        } else {
+            sparse_block(0)
+        };
         let want = if tag == 0 { 0xaa } else { tag };
         assert_eq!(read_byte(&fs, ino, b), want, "{name}");
     }
