@@ -141,6 +141,10 @@ fn churn_keeps_segment_usage_exact_and_clean_segments_above_the_cleaners_reserve
             assert_checks(&*meta, &*data, &format!("after {i} files"));
             let r = fs.clean_pass(Policy::CostBenefit, 3).unwrap();
             assert!(r.clean_after >= r.clean_before, "{r:?}");
+            assert!(
+                r.bytes_written <= r.bound_blocks * BS,
+                "over its bound: {r:?}"
+            );
             assert_checks(&*meta, &*data, &format!("after cleaning at {i}"));
         }
     }
