@@ -230,8 +230,10 @@ fn serde_json_string(s: &Status) -> String {
 
 fn daemon_loop(client: &mut Client, interval: Duration) -> Result<()> {
     let mut cleaning = false;
+    let mut stalled = 0;
     let mut total = Totals::default();
     let started = Instant::now();
+    let mut rate = Rate::default();
     while !STOP.load(Ordering::Acquire) {
         let status = match client.status() {
             Ok(s) => s,
@@ -240,7 +242,13 @@ fn daemon_loop(client: &mut Client, interval: Duration) -> Result<()> {
                 break;
             }
         };
-        let t = status.thresholds;
+        // Start early enough that writers do not reach the reserve before the next look: the
+        // start threshold is raised by what the log consumes in two intervals (the stop
+        // threshold stays: cleaning more than needed moves data that would have died).
+        let margin = rate.margin(&status, interval);
+        let mut t = status.thresholds;
+        t.min_free += margin;
+        t.max_free = t.max_free.max(t.min_free + 1);
         let idle = status.idle_secs >= t.idle_secs;
         let go = if cleaning {
             status.clean < t.max_free
@@ -261,7 +269,18 @@ fn daemon_loop(client: &mut Client, interval: Duration) -> Result<()> {
                     cleaning = true;
                     total.add(&r);
                     info!("{}", describe_pass(&r));
-                    continue;
+                    // Passes that free less than a segment each add up, but not for ever.
+                    stalled = if r.clean_after > r.clean_before {
+                        0
+                    } else {
+                        stalled + 1
+                    };
+                    if stalled < 3 {
+                        continue;
+                    }
+                    info!("three passes gained no clean segment: pausing");
+                    stalled = 0;
+                    cleaning = false;
                 }
                 Ok(r) => {
                     if cleaning || !r.refused.is_empty() {
@@ -312,6 +331,35 @@ fn sleep(d: Duration) {
             return;
         }
         std::thread::sleep((end - now).min(Duration::from_millis(100)));
+    }
+}
+
+/// How fast writers (not the cleaner) fill the log, in segments per second (smoothed).
+#[derive(Default)]
+struct Rate {
+    last: Option<(Instant, u64)>,
+    segments_per_sec: f64,
+}
+
+impl Rate {
+    /// Clean segments writers may consume in two intervals at the current rate.
+    fn margin(&mut self, s: &Status, interval: Duration) -> u64 {
+        let now = Instant::now();
+        let bs = s.block_size.max(1) as u64;
+        let writers = s
+            .log_blocks_written
+            .saturating_sub(s.counters.bytes_written / bs);
+        if let Some((t, blocks)) = self.last {
+            let dt = now.duration_since(t).as_secs_f64();
+            if dt > 0.0 {
+                let seg_blocks = (s.segment_bytes / bs).max(1) as f64;
+                let r = writers.saturating_sub(blocks) as f64 / seg_blocks / dt;
+                self.segments_per_sec = 0.5 * self.segments_per_sec + 0.5 * r;
+            }
+        }
+        self.last = Some((now, writers));
+        let m = (self.segments_per_sec * interval.as_secs_f64() * 2.0).ceil() as u64;
+        m.min(s.log_segments / 8)
     }
 }
 

@@ -157,7 +157,9 @@ pub struct PassReport {
     pub live_moved: u64,
     /// Upper bound on the log blocks the pass could need, computed before it started.
     pub bound_blocks: u64,
-    /// Log bytes the pass wrote (its transaction and checkpoint).
+    /// Log bytes the pass wrote: the live bytes it moved, the indirect blocks, inodes and
+    /// symlink blocks that moved with them, its checkpoints (writers going on meanwhile are
+    /// not counted).
     pub bytes_written: u64,
     /// Dead bytes reclaimed.
     pub bytes_freed: u64,

@@ -91,6 +91,9 @@ pub fn choose(
     ranked.into_iter().take(max).map(|r| r.1).collect()
 }
 
+/// Bytes of segments a background pass takes at least (each pass ends with a checkpoint).
+pub const PASS_BYTES: u64 = 2 << 20;
+
 /// When and how much to clean. Counts are in segments.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Thresholds {
@@ -107,14 +110,15 @@ pub struct Thresholds {
 }
 
 impl Thresholds {
-    /// Defaults for a log of `segments` segments whose writers stop at `reserve` clean ones:
-    /// nilfs_cleanerd keeps 10-20% clean, lfs_cleanerd a fixed number above its reserve.
-    pub fn defaults(segments: u64, reserve: u64) -> Thresholds {
+    /// Defaults for a log of `segments` segments of `segment_bytes` whose writers stop at
+    /// `reserve` clean ones: nilfs_cleanerd keeps 10-20% clean, lfs_cleanerd a fixed number
+    /// above its reserve; a pass takes at least 2 segments and 2 MiB (one checkpoint each).
+    pub fn defaults(segments: u64, reserve: u64, segment_bytes: u64) -> Thresholds {
         let min_free = (segments / 10).max(reserve + 2);
         Thresholds {
             min_free,
-            max_free: (segments / 5).max(min_free + 2),
-            segments_per_pass: 2,
+            max_free: (segments / 5).max(min_free + (segments / 10).max(2)),
+            segments_per_pass: (PASS_BYTES / segment_bytes.max(1)).max(2),
             idle_secs: 5,
             policy: Policy::CostBenefit,
         }
@@ -180,7 +184,8 @@ pub struct CleanerCounters {
     pub segments_cleaned: u64,
     /// Live blocks moved (inodes count one each).
     pub live_moved: u64,
-    /// Log bytes written by cleaning passes (their transaction and checkpoint).
+    /// Log bytes written by cleaning passes: live bytes moved, the indirect blocks, inodes
+    /// and symlink blocks that moved with them, their checkpoints.
     pub bytes_written: u64,
     /// Bytes reclaimed: the dead part of every cleaned segment.
     pub bytes_freed: u64,
@@ -228,10 +233,11 @@ mod tests {
 
     #[test]
     fn thresholds() {
-        let t = Thresholds::defaults(200, 8);
+        let t = Thresholds::defaults(200, 8, 1 << 20);
         assert_eq!((t.min_free, t.max_free), (20, 40));
-        let small = Thresholds::defaults(30, 8);
-        assert_eq!((small.min_free, small.max_free), (10, 12));
+        let small = Thresholds::defaults(30, 8, 256 << 10);
+        assert_eq!((small.min_free, small.max_free), (10, 13));
+        assert_eq!(small.segments_per_pass, 8);
         assert!(t.should_start(19, false));
         assert!(!t.should_start(20, false));
         assert!(t.should_start(39, true));

@@ -49,8 +49,10 @@ pub(crate) struct CleanerState {
     /// Log blocks dirtied since the last snapshot that the dirty counters do not show
     /// (indirect blocks, long symlink targets); reset when the log writer takes a snapshot.
     charged: AtomicU64,
-    /// Charges of admitted operations (and of a cleaning pass) still running.
+    /// Charges of admitted operations still running.
     inflight: AtomicU64,
+    /// The bound of the cleaning pass running (it moves live bytes, adds none).
+    claimed: AtomicU64,
     /// When the last write operation was admitted, ms after `epoch`.
     last_write_ms: AtomicU64,
     epoch: Instant,
@@ -61,6 +63,9 @@ pub(crate) struct CleanerState {
     /// (clean segments, live bytes) when making room last failed: until one changes, another
     /// attempt would fail the same way.
     futile: Mutex<Option<(u64, u64)>>,
+    /// Live bytes of the log, with the (durable snapshot, checkpoint count) they were added
+    /// up at: they change only when a transaction is applied or a checkpoint written.
+    live_cache: Mutex<Option<(u64, u64, u64)>>,
 }
 
 impl CleanerState {
@@ -70,11 +75,13 @@ impl CleanerState {
             counters: Mutex::new(CleanerCounters::default()),
             charged: AtomicU64::new(0),
             inflight: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
             last_write_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             daemons: AtomicU64::new(0),
             room: Mutex::new(()),
             futile: Mutex::new(None),
+            live_cache: Mutex::new(None),
         }
     }
 
@@ -111,6 +118,21 @@ impl Drop for Admission<'_> {
     }
 }
 
+/// A cleaning pass's bound, pending while the pass runs.
+struct Claim<'a> {
+    fs: &'a Fs,
+    blocks: u64,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.fs
+            .cleaner
+            .claimed
+            .fetch_sub(self.blocks, Ordering::AcqRel);
+    }
+}
+
 /// Keeps the mount from threshold cleaning while a daemon is connected.
 pub struct DaemonGuard<'a>(&'a Fs);
 
@@ -126,6 +148,10 @@ pub(crate) struct Space {
     pub clean: u64,
     /// Upper bound of what writing everything pending takes (with its checkpoint).
     pub pending: u64,
+    /// What operations add to the live bytes, at most, beyond what the tables show: charged
+    /// blocks and operations in flight (rewrites of what is already live add nothing; new
+    /// inodes and nodes of a flush interval are not counted: the live limit is a soft one).
+    pub growth: u64,
     /// Blocks a clean segment takes of a write.
     pub seg_eff: u64,
     pub reserve: u64,
@@ -381,7 +407,8 @@ impl Fs {
         let nodes = self.tree.dirty_count() as u64;
         let freed = self.tree.freed_count() as u64;
         let charged = self.cleaner.charged.load(Ordering::Acquire)
-            + self.cleaner.inflight.load(Ordering::Acquire);
+            + self.cleaner.inflight.load(Ordering::Acquire)
+            + self.cleaner.claimed.load(Ordering::Acquire);
         let blocks = inodes.div_ceil(g.ipb) + nodes + charged;
         let meta = meta_dirty_blocks(&self.tables.lock(), &g);
         blocks + g.summary_blocks(blocks, records + freed + charged) + g.checkpoint_blocks(meta)
@@ -394,6 +421,8 @@ impl Fs {
         Space {
             clean: self.clean_segments_count(),
             pending: self.pending_blocks(),
+            growth: self.cleaner.charged.load(Ordering::Acquire)
+                + self.cleaner.inflight.load(Ordering::Acquire),
             seg_eff: g.seg_eff(),
             reserve,
             cleaner_reserve,
@@ -402,13 +431,25 @@ impl Fs {
     }
 
     fn live_bytes_total(&self) -> u64 {
-        self.tables
+        let key = (
+            self.durable_seq.load(Ordering::Acquire),
+            self.stats.lock().checkpoints,
+        );
+        if let Some((seq, ckpts, live)) = *self.cleaner.live_cache.lock() {
+            if (seq, ckpts) == key {
+                return live;
+            }
+        }
+        let live = self
+            .tables
             .lock()
             .ifile
             .usage
             .iter()
             .map(|u| u.live_bytes as u64)
-            .sum()
+            .sum();
+        *self.cleaner.live_cache.lock() = Some((key.0, key.1, live));
+        live
     }
 
     /// Is there room for `op` now?
@@ -429,9 +470,9 @@ impl Fs {
         let most = (self.sb.segments - 1 - sp.clean.min(self.sb.segments - 1))
             * self.sb.segment_blocks as u64
             * bs;
-        let pending = sp.pending * bs;
-        most + pending <= sp.live_limit_bytes
-            || self.live_bytes_total() + pending <= sp.live_limit_bytes
+        let growth = sp.growth * bs;
+        most + growth <= sp.live_limit_bytes
+            || self.live_bytes_total() + growth <= sp.live_limit_bytes
     }
 
     /// Admit an operation that changes the file system. Called before the operation takes
@@ -488,31 +529,50 @@ impl Fs {
         };
         if op != Admit::Delete {
             let sp = self.space();
-            if key.1 + sp.pending * self.sb.block_size as u64 > sp.live_limit_bytes {
+            let growth = sp.growth * self.sb.block_size as u64;
+            if key.1 + growth > sp.live_limit_bytes {
+                log::debug!(
+                    "{op:?}: {} live bytes and {growth} pending reach the limit of {}: ENOSPC",
+                    key.1,
+                    sp.live_limit_bytes
+                );
                 return enospc();
             }
         }
         if *self.cleaner.futile.lock() == Some(key) {
+            log::debug!("{op:?}: still nothing worth cleaning: ENOSPC");
             return enospc();
         }
         // Segments whose blocks all died since the last checkpoint become clean with one.
         self.checkpoint(false)?;
+        let mut last = None;
         for _ in 0..64 {
             if self.fits(&self.space(), op) {
                 *self.cleaner.futile.lock() = None;
                 return Ok(());
             }
             let r = self.emergency_pass()?;
-            if r.cleaned.is_empty() {
+            let done = r.cleaned.is_empty();
+            last = Some(r);
+            if done {
                 break;
             }
         }
         if self.fits(&self.space(), op) {
             return Ok(());
         }
+        let sp = self.space();
+        let why = last
+            .and_then(|r| r.refused.first().map(|(s, w)| format!("segment {s}: {w}")))
+            .unwrap_or_default();
         log::warn!(
-            "log full: {} clean segments, nothing worth cleaning; ENOSPC",
-            self.clean_segments_count()
+            "log full for {op:?}: {} clean segments (reserve {}), {} pending blocks, {} live \
+             bytes (limit {}), nothing worth cleaning ({why}); ENOSPC",
+            sp.clean,
+            sp.reserve,
+            sp.pending,
+            self.live_bytes_total(),
+            sp.live_limit_bytes
         );
         *self.cleaner.futile.lock() = Some((self.clean_segments_count(), self.live_bytes_total()));
         enospc()
@@ -520,8 +580,8 @@ impl Fs {
 
     fn emergency_pass(&self) -> Result<PassReport> {
         let _one = self.cleaning.lock();
-        let sp = self.space();
-        let max = sp.reserve * 4;
+        // Enough to get writers going again, not more: they wait for it.
+        let max = self.space().reserve;
         let victims = self.choose_victims(Policy::Greedy, max as usize * 2);
         let r = self.run_pass(victims, max, true)?;
         if !r.cleaned.is_empty() {
@@ -615,8 +675,11 @@ impl Fs {
         let mut acc = CostAcc::default();
         let mut scans: Vec<SegmentScan> = Vec::new();
         let mut seen = BTreeSet::new();
-        for seg in candidates {
-            if scans.len() as u64 >= max {
+        let mut misfits = 0;
+        let mut candidates = candidates.into_iter();
+        for seg in candidates.by_ref() {
+            if scans.len() as u64 >= max || misfits >= 2 {
+                rep.refused.push((seg, "the pass is full".into()));
                 break;
             }
             if !seen.insert(seg) {
@@ -632,14 +695,25 @@ impl Fs {
             if trial.bound(&g, meta_dirty, meta_total) > budget {
                 rep.refused
                     .push((seg, "its live blocks do not fit the clean segments".into()));
+                // Candidates come best first: after two misfits the rest will hardly fit.
+                misfits += 1;
                 continue;
             }
             acc = trial;
             scans.push(scan);
         }
+        rep.refused
+            .extend(candidates.map(|s| (s, "the pass is full".to_string())));
         let bound = acc.bound(&g, meta_dirty, meta_total);
-        let need = if emergency { 1 } else { 0 };
-        if scans.is_empty() || (scans.len() as u64) < consumed(bound) + need {
+        let k = scans.len() as u64;
+        // In the write path the pass must give back a whole segment now; otherwise it must
+        // free more than it writes (the head's segment fills, later passes gain).
+        let gains = if emergency {
+            k >= consumed(bound) + 1
+        } else {
+            k * g.seg_eff() > bound
+        };
+        if scans.is_empty() || !gains {
             for s in scans.drain(..) {
                 rep.refused
                     .push((s.seg, "cleaning would not gain a segment".into()));
@@ -650,10 +724,10 @@ impl Fs {
         rep.bound_blocks = bound;
 
         // Claim the bound, so writers see it as pending while the pass runs.
-        self.cleaner.inflight.fetch_add(bound, Ordering::AcqRel);
-        let _claim = Admission {
+        self.cleaner.claimed.fetch_add(bound, Ordering::AcqRel);
+        let _claim = Claim {
             fs: self,
-            charge: bound,
+            blocks: bound,
         };
         for s in &scans {
             rep.partial_segments += s.partial_segments;
@@ -662,7 +736,7 @@ impl Fs {
                 rep.live_moved += self.move_live(addr, item)?;
             }
         }
-        let before = self.log_blocks_written_total();
+        let before = self.checkpoint_blocks_total();
         // One checkpoint for the pass: it writes what moved and frees the dead segments. A
         // victim whose last live blocks were meta-file blocks dies only in that checkpoint
         // (it relocates them): one more frees it.
@@ -677,8 +751,28 @@ impl Fs {
         if dead_but_dirty {
             self.checkpoint(false)?;
         }
-        let written = self.log_blocks_written_total() - before;
-        rep.bytes_written = written * g.block_size;
+        // What the pass wrote, its own part only (writers go on meanwhile): the live bytes it
+        // moved, the indirect blocks, inodes and symlink blocks that moved with them from
+        // outside the victims, and its checkpoints' meta blocks.
+        let ckpt_blocks = self.checkpoint_blocks_total() - before;
+        let moved: u64 = scans.iter().map(|s| s.live_bytes).sum();
+        let (mut own_inodes, mut own_ptrs, mut own_sym) = (0u64, 0u64, 0u64);
+        for s in &scans {
+            for (_, item) in &s.items {
+                match item {
+                    Live::Inode { .. } => own_inodes += 1,
+                    Live::Indirect { .. } => own_ptrs += 1,
+                    Live::Symlink { .. } => own_sym += 1,
+                    _ => {}
+                }
+            }
+        }
+        let sym: u64 = acc.symlinks.values().sum();
+        let wander = (acc.ptrs.len() as u64).saturating_sub(own_ptrs) * g.block_size
+            + sym.saturating_sub(own_sym) * g.block_size
+            + (acc.inos.len() as u64).saturating_sub(own_inodes) * crate::format::INODE_SIZE as u64;
+        rep.bytes_written = moved + wander + ckpt_blocks * g.block_size;
+        let written = rep.bytes_written.div_ceil(g.block_size);
         {
             let t = self.tables.lock();
             for s in &scans {
@@ -719,8 +813,8 @@ impl Fs {
         Ok(rep)
     }
 
-    fn log_blocks_written_total(&self) -> u64 {
-        self.stats.lock().log_blocks_written
+    fn checkpoint_blocks_total(&self) -> u64 {
+        self.stats.lock().checkpoint_blocks_written
     }
 
     /// Threshold cleaning by the mount itself (the background thread), unless a daemon took
@@ -745,7 +839,7 @@ impl Fs {
             }
             cleaning = true;
             match self.clean_pass(t.policy, t.pass_size(clean, idle) as usize) {
-                Ok(r) if r.cleaned.is_empty() => return,
+                Ok(r) if r.cleaned.is_empty() || r.clean_after <= r.clean_before => return,
                 Ok(_) => {}
                 Err(e) => {
                     log::warn!("background cleaning: {e}");
@@ -763,7 +857,11 @@ impl Fs {
         if let Some(t) = *self.cleaner.thresholds.lock() {
             return t;
         }
-        Thresholds::defaults(self.sb.segments - 1, self.reserve_segments())
+        Thresholds::defaults(
+            self.sb.segments - 1,
+            self.reserve_segments(),
+            self.sb.segment_blocks as u64 * self.sb.block_size as u64,
+        )
     }
 
     pub fn set_thresholds(
@@ -882,11 +980,10 @@ impl Fs {
             }
             (live, dead)
         };
-        let clean_room = sp.clean.saturating_sub(sp.reserve) * sp.seg_eff * bs;
-        let by_limit = sp.live_limit_bytes.saturating_sub(live);
-        by_limit
-            .min(clean_room + dead)
-            .saturating_sub(sp.pending * bs)
+        let clean_room =
+            (sp.clean.saturating_sub(sp.reserve) * sp.seg_eff * bs).saturating_sub(sp.pending * bs);
+        let by_limit = sp.live_limit_bytes.saturating_sub(live + sp.growth * bs);
+        by_limit.min(clean_room + dead)
     }
 
     /// Log bytes one more inode takes: its share of an INODES block.

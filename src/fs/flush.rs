@@ -353,6 +353,7 @@ impl Fs {
                 let mut s = self.stats.lock();
                 s.checkpoints += 1;
                 s.log_blocks_written += blocks;
+                s.checkpoint_blocks_written += blocks;
                 Ok(())
             }
             Err(e) => {

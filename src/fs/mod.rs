@@ -82,6 +82,8 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Log blocks written by transactions and checkpoints (summaries included).
     pub log_blocks_written: u64,
+    /// Of those, by checkpoints.
+    pub checkpoint_blocks_written: u64,
 }
 
 /// A mounted DualFS. Every method takes `&self` and may be called from many threads.
