@@ -11,7 +11,7 @@
 //! The source tree is generated (seeded) in a private tmpfs unless --source names one.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(unused_macros, unused_imports, dead_code)]
+#[allow(unused_macros, unused_imports)]
 mod common;
 
 use common::{Backend, TestFs, TmpfsDir};

@@ -709,7 +709,7 @@ impl Fs {
         // In the write path the pass must give back a whole segment now; otherwise it must
         // free more than it writes (the head's segment fills, later passes gain).
         let gains = if emergency {
-            k >= consumed(bound) + 1
+            k > consumed(bound)
         } else {
             k * g.seg_eff() > bound
         };

@@ -175,6 +175,8 @@ fn churn_keeps_segment_usage_exact_and_clean_segments_above_the_cleaners_reserve
 fn a_full_log_gives_enospc_keeps_everything_and_comes_back_after_deletes() {
     let (meta, data) = devices(4, 64);
     let fs = mount(meta.clone(), data.clone());
+    // A file with indirect blocks, to truncate at ENOSPC.
+    let big = make_sparse(&fs, "big", 8, 9).unwrap();
     let mut made = Vec::new();
     let err = loop {
         let name = format!("empty-{:06}", made.len());
@@ -209,7 +211,21 @@ fn a_full_log_gives_enospc_keeps_everything_and_comes_back_after_deletes() {
     for n in made.iter().step_by(97) {
         fs.lookup(ROOT, n.as_bytes()).unwrap();
     }
-    // Deletes work at ENOSPC, and bring the room back.
+    // Deletes work at ENOSPC, and bring the room back: truncate, unlink, rmdir.
+    assert!(matches!(
+        fs.mkdir(&U, ROOT, b"d", 0o755),
+        Err(FsError::Errno(libc::ENOSPC))
+    ));
+    fs.setattr(
+        &U,
+        big,
+        &crate::fs::SetAttr {
+            size: Some(BS),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.unlink(&U, ROOT, b"big").unwrap();
     for n in &made {
         fs.unlink(&U, ROOT, n.as_bytes()).unwrap();
     }
@@ -223,6 +239,8 @@ fn a_full_log_gives_enospc_keeps_everything_and_comes_back_after_deletes() {
             .unwrap();
         fs.release(a.ino, fh).unwrap();
     }
+    fs.mkdir(&U, ROOT, b"d", 0o755).unwrap();
+    fs.rmdir(&U, ROOT, b"d").unwrap();
     fs.unmount().unwrap();
     assert_checks(&*meta, &*data, "at the end");
 }
