@@ -402,6 +402,13 @@ impl Fs {
     /// checkpoint after it.
     pub(crate) fn pending_blocks(&self) -> u64 {
         let g = self.geometry();
+        let meta = meta_dirty_blocks(&self.tables.lock(), &g);
+        self.pending_blocks_with(meta)
+    }
+
+    /// `pending_blocks` with the checkpoint's `meta` blocks known.
+    fn pending_blocks_with(&self, meta: u64) -> u64 {
+        let g = self.geometry();
         let inodes = self.dirty.lock().len() as u64;
         let records = self.records.lock().len() as u64;
         let nodes = self.tree.dirty_count() as u64;
@@ -410,17 +417,24 @@ impl Fs {
             + self.cleaner.inflight.load(Ordering::Acquire)
             + self.cleaner.claimed.load(Ordering::Acquire);
         let blocks = inodes.div_ceil(g.ipb) + nodes + charged;
-        let meta = meta_dirty_blocks(&self.tables.lock(), &g);
         blocks + g.summary_blocks(blocks, records + freed + charged) + g.checkpoint_blocks(meta)
     }
 
     pub(crate) fn space(&self) -> Space {
         let g = self.geometry();
-        let cleaner_reserve = self.cleaner_reserve();
+        let (clean, meta_total, meta_dirty) = {
+            let t = self.tables.lock();
+            (
+                t.ifile.clean_segments(),
+                meta_total_blocks(&t),
+                meta_dirty_blocks(&t, &g),
+            )
+        };
+        let cleaner_reserve = g.pass_bound(1, meta_total).div_ceil(g.seg_eff()) + 1;
         let reserve = cleaner_reserve + DELETE_SEGMENTS;
         Space {
-            clean: self.clean_segments_count(),
-            pending: self.pending_blocks(),
+            clean,
+            pending: self.pending_blocks_with(meta_dirty),
             growth: self.cleaner.charged.load(Ordering::Acquire)
                 + self.cleaner.inflight.load(Ordering::Acquire),
             seg_eff: g.seg_eff(),
