@@ -121,11 +121,15 @@ fn main() -> ExitCode {
         }
     }
     logger.init();
+    let logs_to_file = cli.log_file.is_some();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // stderr may be /dev/null once detached: the log file hears it too.
             eprintln!("dualfs-cleaner: {e:#}");
-            error!("{e:#}");
+            if logs_to_file {
+                error!("{e:#}");
+            }
             ExitCode::from(1)
         }
     }
