@@ -13,6 +13,8 @@ use super::options::{parse_option_lists, MountSettings};
 use super::pid_file::{pid_file_path, remove_pid_file, write_pid_file};
 use super::ready_pipe::{detach, Detached, Startup};
 use super::shutdown::{block_shutdown_signals, spawn_signal_watcher};
+use dualfs::clean::control::socket_path;
+use dualfs::clean::server::ControlServer;
 use dualfs::fs::Fs;
 use dualfs::fuse::DualFuse;
 use fuser::Session;
@@ -190,6 +192,8 @@ struct Mounted {
     fs: Arc<Fs>,
     session: Session<DualFuse>,
     pid_file: Option<PathBuf>,
+    /// The control socket `dualfs-cleaner` talks to (none on a read-only mount).
+    control: Option<ControlServer>,
 }
 
 /// Mount, serve until unmounted, write the final checkpoint. Runs in the daemon (or the
@@ -210,8 +214,14 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
     );
     startup.ready();
 
+    let Mounted {
+        fs,
+        session,
+        pid_file,
+        mut control,
+    } = mounted;
     // Returns on an external umount, on our own (signals), or if the session fails.
-    let session_result = mounted.session.run();
+    let session_result = session.run();
     if let Err(e) = &session_result {
         error!("the FUSE session failed: {e}");
     }
@@ -219,9 +229,13 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
         "{} unmounted; writing the final checkpoint",
         plan.mountpoint.display()
     );
-    match mounted.fs.unmount() {
+    // No cleaning request may run into the final checkpoint.
+    if let Some(c) = control.as_mut() {
+        c.stop();
+    }
+    match fs.unmount() {
         Ok(()) => {
-            if let Some(pid_file) = &mounted.pid_file {
+            if let Some(pid_file) = &pid_file {
                 if let Err(e) = remove_pid_file(pid_file) {
                     warn!("cannot remove {}: {}", pid_file.display(), describe_io(&e));
                 }
@@ -290,10 +304,30 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
             None
         }
     };
+    let control = if read_only {
+        None
+    } else {
+        let path = socket_path(&plan.mountpoint);
+        // SAFETY: getuid cannot fail.
+        let owner = unsafe { libc::getuid() };
+        match ControlServer::start(fs.clone(), &path, owner, &plan.mountpoint) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                warn!(
+                    "cannot create the control socket {} ({}): no cleaner daemon can attach; \
+                     the mount cleans by itself",
+                    path.display(),
+                    describe_io(&e)
+                );
+                None
+            }
+        }
+    };
     Ok(Mounted {
         fs,
         session,
         pid_file,
+        control,
     })
 }
 

@@ -1,5 +1,6 @@
 //! Attributes: getattr, setattr, access, statfs.
 
+use super::clean::Admit;
 use super::inode::to_disk_time;
 use super::types::*;
 use super::Fs;
@@ -30,7 +31,12 @@ impl Fs {
     }
 
     pub fn setattr(&self, _caller: &Caller, ino: u64, set: &SetAttr) -> Result<Attr> {
-        self.admit()?;
+        // A size change is a truncate, which frees space: it may use the deletes' reserve.
+        let _admitted = self.admit(if set.size.is_some() {
+            Admit::Delete
+        } else {
+            Admit::Change
+        })?;
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
         if let Some(size) = set.size {
@@ -108,22 +114,15 @@ impl Fs {
 
     pub fn statfs(&self) -> Result<StatFs> {
         self.alive()?;
+        // Inodes are made on demand: as many more fit as writers may still add to the log
+        // (each takes its share of an inode block).
+        let room = self.log_room_bytes();
+        let per_inode = self.inode_log_bytes();
         let t = self.tables.lock();
-        let free = t.data.free_blocks();
-        // Inodes are made on demand: as many more fit as the log has free room for (each
-        // takes 256 bytes of it), less the cleaner's reserve.
-        let seg_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
-        let live: u64 = t
-            .ifile
-            .usage
-            .iter()
-            .skip(1)
-            .map(|u| u.live_bytes as u64)
-            .sum();
-        let room = ((self.sb.segments - 1).saturating_sub(self.reserve_segments()) * seg_bytes)
-            .saturating_sub(live);
-        let ffree =
-            (room / crate::format::INODE_SIZE as u64).min(u32::MAX as u64 - t.ifile.live_inodes);
+        // Blocks freed by transactions still pending are free: a write that needs them
+        // writes the log first.
+        let free = t.data.free_blocks() + self.pending_data_frees();
+        let ffree = (room / per_inode).min(u32::MAX as u64 - t.ifile.live_inodes);
         Ok(StatFs {
             blocks: self.sb.data_blocks,
             bfree: free,

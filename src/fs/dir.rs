@@ -4,6 +4,7 @@
 //! `op` lock serializes changes to its entries; the existence check and the change happen
 //! under it, the change itself under the gate so it lands in one transaction.
 
+use super::clean::Admit;
 use super::inode::{from_disk_time, to_disk_time, InodeEntry};
 use super::types::*;
 use super::{lock_ops, Fs};
@@ -109,7 +110,7 @@ impl Fs {
         rdev: u32,
         target: Option<&[u8]>,
     ) -> Result<Arc<InodeEntry>> {
-        self.admit()?;
+        let _admitted = self.admit(Admit::Change)?;
         check_name(name)?;
         let kind = FileKind::from_mode(mode).ok_or(FsError::Errno(libc::EINVAL))?;
         let pe = self.dir(parent)?;
@@ -203,6 +204,12 @@ impl Fs {
             self.inodes.remove(ino);
             self.ino_alloc.lock().give_back(ino);
             return Err(err);
+        }
+        if let Some(t) = &long_target {
+            self.charge_log_blocks(
+                t.len()
+                    .div_ceil(symlink_bytes_per_block(self.sb.block_size)) as u64,
+            );
         }
         {
             let mut st = e.state.write();
@@ -356,7 +363,7 @@ impl Fs {
         new_parent: u64,
         new_name: &[u8],
     ) -> Result<Attr> {
-        self.admit()?;
+        let _admitted = self.admit(Admit::Change)?;
         check_name(new_name)?;
         let ce = self.inode(ino)?;
         if ce.state.read().d.mode & libc::S_IFMT == libc::S_IFDIR {
@@ -426,7 +433,7 @@ impl Fs {
     }
 
     pub fn unlink(&self, _caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
-        self.writable()?;
+        let _admitted = self.admit(Admit::Delete)?;
         check_name(name)?;
         let pe = self.dir(parent)?;
         if is_dot(name) {
@@ -487,7 +494,7 @@ impl Fs {
     }
 
     pub fn rmdir(&self, _caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
-        self.writable()?;
+        let _admitted = self.admit(Admit::Delete)?;
         check_name(name)?;
         match name {
             b"." => return Err(FsError::Errno(libc::EINVAL)),

@@ -6,6 +6,7 @@
 //! that is not on the device yet (the data device is flushed before the log).
 
 use super::bmap::{self, Need};
+use super::clean::Admit;
 use super::inode::{InodeEntry, InodeState, PtrBlock};
 use super::types::*;
 use super::{Fs, Handle};
@@ -60,9 +61,15 @@ impl Fs {
         if kind == Some(FileKind::Directory) && writing {
             return Err(FsError::Errno(libc::EISDIR));
         }
-        if writing {
-            self.admit()?;
-        }
+        // Opening to write takes no log space (each write is admitted); truncating frees.
+        let _admitted = match (writing, flags & libc::O_TRUNC != 0) {
+            (true, true) => Some(self.admit(Admit::Delete)?),
+            (true, false) => {
+                self.writable()?;
+                None
+            }
+            (false, _) => None,
+        };
         if flags & libc::O_TRUNC != 0 && kind == Some(FileKind::Regular) {
             let _op = e.op.lock_arc();
             self.truncate_locked(&e, 0)?;
@@ -292,6 +299,24 @@ impl Fs {
         Ok(())
     }
 
+    /// Data blocks freed by operations whose transaction is not durable yet.
+    pub(crate) fn data_frees_pending(&self) -> bool {
+        self.pending_data_frees() > 0
+    }
+
+    /// How many data blocks pending transactions free (they stay allocated in the committed
+    /// bitmap until then).
+    pub(crate) fn pending_data_frees(&self) -> u64 {
+        self.records
+            .lock()
+            .iter()
+            .map(|r| match *r {
+                Record::DFree { count, .. } => count,
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Take `n` data blocks for `e` from its reservation window, reserving a new window near
     /// `goal` when it runs out. Returns runs (start, count).
     fn alloc_data(&self, st: &mut InodeState, n: u64, goal: u64) -> Result<Vec<(u64, u64)>> {
@@ -351,7 +376,7 @@ impl Fs {
 
     /// Returns the number of bytes written (all of `data` unless an error).
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.admit()?;
+        let _admitted = self.admit(Admit::Write(data.len() as u64))?;
         let h = self.handle(fh)?;
         if h.ino != ino {
             return Err(FsError::Errno(libc::EBADF));
@@ -388,10 +413,21 @@ impl Fs {
         let mut fresh = vec![false; addrs.len()];
         let mut new_runs = Vec::new();
         if holes > 0 {
-            let mut st = e.state.write();
             let first_hole = first + addrs.iter().position(|&a| a == 0).unwrap() as u64;
-            let goal = self.data_goal(&st, first_hole);
-            new_runs = self.alloc_data(&mut st, holes, goal)?;
+            let alloc = || {
+                let mut st = e.state.write();
+                let goal = self.data_goal(&st, first_hole);
+                self.alloc_data(&mut st, holes, goal)
+            };
+            new_runs = match alloc() {
+                // Blocks freed by deletes become allocatable once the log has the free: a
+                // full device has room again right after `rm`, not only after the next flush.
+                Err(FsError::Errno(libc::ENOSPC)) if self.data_frees_pending() => {
+                    self.sync_log()?;
+                    alloc()?
+                }
+                r => r?,
+            };
             let mut it = new_runs.iter().flat_map(|&(s, c)| s..s + c);
             for (i, a) in addrs.iter_mut().enumerate() {
                 if *a == 0 {
@@ -423,6 +459,9 @@ impl Fs {
             }
         }
         st.d.blocks += holes;
+        if holes > 0 {
+            self.charge_block_range(first, last);
+        }
         {
             let mut recs = self.records.lock();
             for &(start, count) in &new_runs {
@@ -515,6 +554,7 @@ impl Fs {
         let _g = self.gate.read();
         let mut st = e.state.write();
         if new_size < size {
+            self.charge_block_range(keep, keep);
             let freed = bmap::free_from(&mut st, keep, self.ppb);
             let mut recs = self.records.lock();
             for (start, count) in freed.data {

@@ -142,6 +142,7 @@ impl Fs {
 
         // From here on the snapshot is taken: nothing may fail until it is written.
         self.snap_seq.store(seq, Ordering::Release);
+        self.cleaner.snapshot_taken();
         self.dirty.lock().clear();
         let mut addrs = plan.addrs.iter().copied();
         let mut pending = Vec::with_capacity(nblocks);
@@ -347,14 +348,19 @@ impl Fs {
                 self.inode_blocks
                     .forget(|a| freed.contains(&self.sb.segment_of(a)));
             }
+            let blocks = prepared.log_blocks();
             finish_checkpoint(&self.sb, &*self.meta, &mut fl.writer, prepared)
+                .map(|cp| (cp, blocks))
         })();
         match result {
-            Ok(cp) => {
+            Ok((cp, blocks)) => {
                 fl.ckpt_serial = cp.serial;
                 fl.segments_since_ckpt = 0;
                 fl.last_ckpt = Instant::now();
-                self.stats.lock().checkpoints += 1;
+                let mut s = self.stats.lock();
+                s.checkpoints += 1;
+                s.log_blocks_written += blocks;
+                s.checkpoint_blocks_written += blocks;
                 Ok(())
             }
             Err(e) => {
@@ -392,11 +398,7 @@ impl Fs {
             if let Err(e) = r {
                 log::warn!("periodic log write: {e}");
             }
-            if me.clean_segments_count() < me.low_water_segments() {
-                if let Err(e) = me.clean_pass(crate::clean::Policy::CostBenefit, 4) {
-                    log::warn!("background cleaning: {e}");
-                }
-            }
+            me.background_clean();
             me.trim_caches();
         }
     }

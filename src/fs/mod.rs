@@ -85,7 +85,10 @@ struct Handle {
 pub struct Stats {
     pub flushes: u64,
     pub checkpoints: u64,
+    /// Log blocks written by transactions and checkpoints (summaries included).
     pub log_blocks_written: u64,
+    /// Of those, by checkpoints.
+    pub checkpoint_blocks_written: u64,
 }
 
 /// What mount found and did: the checkpoint it started from and what roll-forward replayed.
@@ -141,6 +144,8 @@ pub struct Fs {
     rename_lock: Mutex<()>,
     /// One cleaning pass at a time.
     cleaning: Mutex<()>,
+    /// Cleaning and admission state: thresholds, counters, charges of pending work.
+    cleaner: clean::CleanerState,
     stats: Mutex<Stats>,
     recovery: Recovery,
     stop: (Mutex<bool>, Condvar),

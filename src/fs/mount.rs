@@ -162,6 +162,7 @@ impl Fs {
             next_fh: AtomicU64::new(1),
             rename_lock: Mutex::new(()),
             cleaning: Mutex::new(()),
+            cleaner: super::clean::CleanerState::new(),
             stats: Mutex::new(Stats::default()),
             recovery,
             stop: (Mutex::new(false), Condvar::new()),

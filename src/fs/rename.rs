@@ -4,6 +4,7 @@
 //! the "not into its own subtree" walk up the '..' chain stable; the directories and the
 //! inodes involved are then locked in ascending order and every entry re-checked.
 
+use super::clean::Admit;
 use super::dir::check_name;
 use super::inode::to_disk_time;
 use super::types::*;
@@ -41,7 +42,7 @@ impl Fs {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
-        self.admit()?;
+        let _admitted = self.admit(Admit::Change)?;
         check_name(name)?;
         check_name(new_name)?;
         if flags.noreplace && flags.exchange {

@@ -96,6 +96,20 @@ pub struct PreparedCheckpoint {
     pub cleaned: Vec<u64>,
 }
 
+impl PreparedCheckpoint {
+    /// Log blocks `finish_checkpoint` writes (summaries included), region not counted.
+    pub fn log_blocks(&self) -> u64 {
+        if self.blocks.is_empty() {
+            return 0;
+        }
+        self.plan
+            .parts
+            .iter()
+            .map(|p| p.summary_blocks as u64 + p.nblocks as u64)
+            .sum()
+    }
+}
+
 /// Lay out every dirty meta block at the log head and build checkpoint `info.serial`. Only
 /// memory is touched: the tables describe the state as if the write had happened. The
 /// caller has written and applied every transaction first, holds the flush lock, and must

@@ -1,0 +1,391 @@
+//! The control channel between a mount and the `dualfs-cleaner` daemon (or any tool).
+//!
+//! The mount daemon listens on a Unix stream socket, `/run/dualfs/<escaped mount point>.sock`
+//! (beside its pid file), mode 0600 and owned by the user who mounted. It serves only peers
+//! whose credentials (SO_PEERCRED) are root's or the mount owner's.
+//!
+//! Protocol: one JSON object per line each way, strictly request then response, any number of
+//! requests per connection. A request is `{"op": "...", ...}` ([`Request`]); the answer is
+//! `{"result": "...", ...}` ([`Response`]), `{"result": "error", "errno": N, "message": "..."}`
+//! when the request failed. A connection that sent `hello` with `takeover: true` is a cleaner
+//! daemon: while it stays connected the mount does no threshold cleaning of its own (it still
+//! cleans in the write path when clean segments run short, so writes never wait on the daemon).
+//!
+//! ```text
+//! -> {"op":"status"}
+//! <- {"result":"status","segments":192,"clean":40,...}
+//! -> {"op":"clean_pass","policy":"cost-benefit","max_segments":4}
+//! <- {"result":"cleaned","cleaned":[17,52],"refused":[],...}
+//! ```
+
+use super::{CleanerCounters, Policy, ThresholdUpdate, Thresholds};
+use serde::{Deserialize, Serialize};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Version of this protocol, reported by `hello`.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Where the mount daemons keep their pid files and control sockets.
+pub const RUN_DIR: &str = "/run/dualfs";
+
+/// Longest request line a server reads (a `clean` request naming every segment of a big log
+/// is the longest legitimate one).
+pub const MAX_LINE: usize = 16 << 20;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Say who is calling; `takeover: true` makes the mount leave threshold cleaning to the
+    /// caller for as long as this connection lasts.
+    Hello {
+        client: String,
+        takeover: bool,
+    },
+    /// Clean and dirty segments, utilization, what cleaning did so far.
+    Status,
+    /// The segment usage table.
+    Usage,
+    /// Clean exactly these segments (those that cannot be cleaned are listed as refused).
+    Clean {
+        segments: Vec<u64>,
+    },
+    /// One pass: up to `max_segments` chosen by `policy`.
+    CleanPass {
+        policy: Policy,
+        max_segments: u64,
+    },
+    GetThresholds,
+    SetThresholds {
+        update: ThresholdUpdate,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Response {
+    Hello {
+        version: u32,
+        pid: u32,
+        mountpoint: String,
+    },
+    Status(Status),
+    Usage(UsageTable),
+    Cleaned(PassReport),
+    Thresholds(Thresholds),
+    Error {
+        errno: i32,
+        message: String,
+    },
+}
+
+/// The state of the log and of cleaning.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub segments: u64,
+    pub segment_bytes: u64,
+    pub block_size: u32,
+    /// Segments the log can use (all but segment 0).
+    pub log_segments: u64,
+    pub clean: u64,
+    pub dirty: u64,
+    /// Clean segments writers leave alone (they get ENOSPC before touching them).
+    pub reserve: u64,
+    /// Of the reserve, what only the cleaner may use (the bound of one cleaning pass).
+    pub cleaner_reserve: u64,
+    pub live_bytes: u64,
+    /// Live bytes over the bytes of all log segments.
+    pub utilization: f64,
+    /// Live bytes writers may reach (beyond it they get ENOSPC: cleaning would not pay).
+    pub live_limit_bytes: u64,
+    /// Seconds since the last write operation.
+    pub idle_secs: u64,
+    /// Cleaner daemons connected with `takeover`.
+    pub daemons: u64,
+    pub thresholds: Thresholds,
+    pub counters: CleanerCounters,
+    /// bytes_written / bytes_freed of all passes so far.
+    pub write_cost: f64,
+    pub log_blocks_written: u64,
+    pub checkpoints: u64,
+}
+
+/// One row of the segment usage table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    pub live_bytes: u32,
+    pub flags: u32,
+    pub last_mod: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageTable {
+    pub segment_bytes: u64,
+    /// Seconds since the epoch, as `last_mod`.
+    pub now: u64,
+    /// Indexed by segment number.
+    pub segments: Vec<SegmentInfo>,
+}
+
+impl UsageTable {
+    /// The rows as the policy code takes them.
+    pub fn seg_usage(&self) -> Vec<crate::format::meta::SegUsage> {
+        self.segments
+            .iter()
+            .map(|s| crate::format::meta::SegUsage {
+                live_bytes: s.live_bytes,
+                flags: s.flags,
+                last_mod: s.last_mod,
+            })
+            .collect()
+    }
+}
+
+/// What one cleaning pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassReport {
+    /// Segments that are clean now thanks to this pass.
+    pub cleaned: Vec<u64>,
+    /// Segments asked for that were not cleaned, with the reason.
+    pub refused: Vec<(u64, String)>,
+    pub partial_segments: u64,
+    pub blocks_examined: u64,
+    /// Live blocks moved (inodes count one each).
+    pub live_moved: u64,
+    /// Upper bound on the log blocks the pass could need, computed before it started.
+    pub bound_blocks: u64,
+    /// Log bytes the pass wrote: the live bytes it moved, the indirect blocks, inodes and
+    /// symlink blocks that moved with them, its checkpoints (writers going on meanwhile are
+    /// not counted).
+    pub bytes_written: u64,
+    /// Dead bytes reclaimed.
+    pub bytes_freed: u64,
+    pub clean_before: u64,
+    pub clean_after: u64,
+}
+
+/// systemd's path escaping (`systemd-escape --path`): strip the outer slashes, turn inner ones
+/// into '-', keep ASCII letters, digits, ':', '_' and '.' (not leading), write every other
+/// byte as `\xNN`. The mount program names its pid file the same way.
+pub fn escape_path(path: &Path) -> String {
+    let mut bytes = path.as_os_str().as_bytes();
+    while let [b'/', rest @ ..] = bytes {
+        bytes = rest;
+    }
+    while let [rest @ .., b'/'] = bytes {
+        bytes = rest;
+    }
+    if bytes.is_empty() {
+        return "-".into();
+    }
+    let mut out = String::with_capacity(bytes.len());
+    let mut previous_slash = false;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'/' {
+            if !previous_slash {
+                out.push('-');
+            }
+            previous_slash = true;
+            continue;
+        }
+        previous_slash = false;
+        let plain = b.is_ascii_alphanumeric() || b == b':' || b == b'_' || (b == b'.' && i > 0);
+        if plain {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// `<escaped>.<suffix>` in RUN_DIR; a name too long for a directory entry is cut and made
+/// unique again with a hash of the whole path.
+pub fn run_file_path(mountpoint: &Path, suffix: &str) -> PathBuf {
+    const NAME_MAX: usize = 255;
+    let escaped = escape_path(mountpoint);
+    let name = if escaped.len() + suffix.len() < NAME_MAX {
+        format!("{escaped}.{suffix}")
+    } else {
+        let hash = siphasher::sip::SipHasher::new().hash(mountpoint.as_os_str().as_bytes());
+        let keep = NAME_MAX - suffix.len() - 18;
+        format!("{}-{hash:016x}.{suffix}", &escaped[..keep])
+    };
+    Path::new(RUN_DIR).join(name)
+}
+
+/// The control socket of the mount on `mountpoint` (a canonical path).
+pub fn socket_path(mountpoint: &Path) -> PathBuf {
+    run_file_path(mountpoint, "sock")
+}
+
+/// Encode one message as a line.
+pub fn encode_line<T: Serialize>(msg: &T) -> Vec<u8> {
+    let mut v = serde_json::to_vec(msg).expect("protocol types always serialize");
+    v.push(b'\n');
+    v
+}
+
+/// A connection to a mount's control socket.
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Client {
+    /// Connect to the mount on `mountpoint` (resolved to its canonical path first).
+    pub fn connect(mountpoint: &Path) -> io::Result<Client> {
+        let canonical = std::fs::canonicalize(mountpoint)?;
+        Client::connect_socket(&socket_path(&canonical))
+    }
+
+    pub fn connect_socket(path: &Path) -> io::Result<Client> {
+        let stream = UnixStream::connect(path)?;
+        Ok(Client {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+        })
+    }
+
+    pub fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.writer.set_read_timeout(t)?;
+        self.writer.set_write_timeout(t)
+    }
+
+    /// Send a request and read its response. An `Error` response comes back as `Ok`.
+    pub fn call(&mut self, req: &Request) -> io::Result<Response> {
+        self.writer.write_all(&encode_line(req))?;
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the mount closed the control connection",
+            ));
+        }
+        serde_json::from_str(&line).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad response from the mount: {e}"),
+            )
+        })
+    }
+
+    /// `call`, turning an `Error` response into an `io::Error` with its errno.
+    pub fn call_ok(&mut self, req: &Request) -> io::Result<Response> {
+        match self.call(req)? {
+            Response::Error { errno, message } => Err(io::Error::new(
+                io::Error::from_raw_os_error(errno).kind(),
+                message,
+            )),
+            r => Ok(r),
+        }
+    }
+
+    pub fn status(&mut self) -> io::Result<Status> {
+        match self.call_ok(&Request::Status)? {
+            Response::Status(s) => Ok(s),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn usage(&mut self) -> io::Result<UsageTable> {
+        match self.call_ok(&Request::Usage)? {
+            Response::Usage(u) => Ok(u),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn clean(&mut self, segments: Vec<u64>) -> io::Result<PassReport> {
+        match self.call_ok(&Request::Clean { segments })? {
+            Response::Cleaned(r) => Ok(r),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn clean_pass(&mut self, policy: Policy, max_segments: u64) -> io::Result<PassReport> {
+        match self.call_ok(&Request::CleanPass {
+            policy,
+            max_segments,
+        })? {
+            Response::Cleaned(r) => Ok(r),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn thresholds(&mut self) -> io::Result<Thresholds> {
+        match self.call_ok(&Request::GetThresholds)? {
+            Response::Thresholds(t) => Ok(t),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn set_thresholds(&mut self, update: ThresholdUpdate) -> io::Result<Thresholds> {
+        match self.call_ok(&Request::SetThresholds { update })? {
+            Response::Thresholds(t) => Ok(t),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn hello(&mut self, client: &str, takeover: bool) -> io::Result<(u32, u32)> {
+        match self.call_ok(&Request::Hello {
+            client: client.into(),
+            takeover,
+        })? {
+            Response::Hello { version, pid, .. } => Ok((version, pid)),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+fn unexpected(r: &Response) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("unexpected response from the mount: {r:?}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_json_lines() {
+        let r = Request::CleanPass {
+            policy: Policy::Greedy,
+            max_segments: 4,
+        };
+        let line = encode_line(&r);
+        assert_eq!(
+            std::str::from_utf8(&line).unwrap(),
+            "{\"op\":\"clean_pass\",\"policy\":\"greedy\",\"max_segments\":4}\n"
+        );
+        let back: Request = serde_json::from_slice(&line).unwrap();
+        assert_eq!(back, r);
+        let s: Request = serde_json::from_str("{\"op\":\"status\"}").unwrap();
+        assert_eq!(s, Request::Status);
+        let e = Response::Error {
+            errno: 1,
+            message: "no".into(),
+        };
+        let j = String::from_utf8(encode_line(&e)).unwrap();
+        assert!(j.starts_with("{\"result\":\"error\",\"errno\":1"), "{j}");
+    }
+
+    #[test]
+    fn socket_beside_the_pid_file() {
+        assert_eq!(
+            socket_path(Path::new("/mnt/x")),
+            PathBuf::from("/run/dualfs/mnt-x.sock")
+        );
+        assert_eq!(escape_path(Path::new("/mnt/a-b")), "mnt-a\\x2db");
+        assert_eq!(escape_path(Path::new("/")), "-");
+        let long = format!("/{}", "a".repeat(400));
+        let p = socket_path(Path::new(&long));
+        assert!(p.file_name().unwrap().len() <= 255);
+        assert!(p.to_str().unwrap().ends_with(".sock"));
+    }
+}

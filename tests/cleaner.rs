@@ -1,0 +1,482 @@
+//! The segment cleaner through a real mount: sustained churn at 80% live utilization of a
+//! small metadata device, both devices filled to ENOSPC and recovering after deletes, and
+//! the `dualfs-cleaner` daemon (status, one pass, attached daemon, detached daemon, who may
+//! use the control socket). The checker runs at every unmount, as everywhere.
+
+#[macro_use]
+mod common;
+
+use common::user::{as_user, ALICE};
+use common::*;
+use dualfs::clean::control::{socket_path, Client, Status};
+use dualfs::mkfs::MkfsParams;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BS: u64 = 4096;
+
+fn small_segments() -> MkfsParams {
+    MkfsParams {
+        segment_blocks: 64,
+        ..MkfsParams::default()
+    }
+}
+
+/// `dualfs-cleaner`: `DUALFS_CLEANER_BIN`, else beside the `dualfs` binary under test.
+fn cleaner_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("DUALFS_CLEANER_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = dualfs_bin().with_file_name("dualfs-cleaner");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it (cargo build -p dualfs-cleaner, or cargo test --workspace) \
+         or set DUALFS_CLEANER_BIN",
+        p.display()
+    );
+    p
+}
+
+/// A connection to the mount's control socket. The harness sees the mount as soon as the
+/// kernel lists it; the daemon makes its socket a moment later.
+fn client(fs: &TestFs) -> Client {
+    let start = Instant::now();
+    loop {
+        match Client::connect(fs.path()) {
+            Ok(c) => return c,
+            Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot connect to the control socket: {e}"),
+        }
+    }
+}
+
+fn status(fs: &TestFs) -> Status {
+    client(fs).status().unwrap()
+}
+
+/// File blocks with a level-1 indirect block each, under one double-indirect block.
+fn sparse_block(j: u64) -> u64 {
+    12 + 508 + j * 508
+}
+
+/// A file of `n` sparse blocks (n + 1 indirect blocks in the log), each starting with `tag`.
+fn write_sparse(path: &Path, n: u64, tag: u8) -> std::io::Result<()> {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(path)?;
+    for j in 0..n {
+        f.write_all_at(&[tag; 16], sparse_block(j) * BS)?;
+    }
+    Ok(())
+}
+
+fn read_tag(path: &Path, j: u64) -> u8 {
+    let f = fs::File::open(path).unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, sparse_block(j) * BS).unwrap();
+    b[0]
+}
+
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn sustained_churn_at_80_percent_of_the_metadata_device() {
+    dualfs_only!();
+    const META: u64 = 32 << 20;
+    let mut fs = TestFs::builder()
+        .sizes(META, 512 << 20)
+        .mkfs_params(small_segments())
+        .mount();
+    let dir = fs.join("churn");
+    fs::create_dir(&dir).unwrap();
+    let per_file = 16u64;
+    let target = META * 80 / 100;
+    let mut files: Vec<u8> = Vec::new(); // tag per file, 0 = deleted
+    let name = |i: usize| dir.join(format!("f{i:05}"));
+    // Fill to 80% of the device with files of 17 indirect blocks each.
+    while status(&fs).live_bytes < target {
+        let i = files.len();
+        let tag = (i % 250) as u8 + 1;
+        write_sparse(&name(i), per_file, tag).unwrap();
+        files.push(tag);
+    }
+    fs::File::open(&dir).unwrap().sync_all().unwrap();
+    let s0 = status(&fs);
+    eprintln!(
+        "filled: {} files, utilization {:.1}% of the log, {:.1}% of the device; clean {} of {}",
+        files.len(),
+        s0.utilization * 100.0,
+        s0.live_bytes as f64 * 100.0 / META as f64,
+        s0.clean,
+        s0.log_segments
+    );
+    assert!(s0.live_bytes >= target);
+
+    // Churn: delete and recreate, truncate and rewrite, overwrite in place, until the log
+    // has been written over five times (or a time limit).
+    let mut rng = Rng(0xc1ea);
+    let written0 = s0.log_blocks_written;
+    let log_blocks = s0.log_segments * s0.segment_bytes / BS;
+    let start = Instant::now();
+    let mut ops = 0u64;
+    let mut lowest_util = 1.0f64;
+    while status(&fs).log_blocks_written - written0 < 5 * log_blocks
+        && start.elapsed() < Duration::from_secs(120)
+    {
+        for _ in 0..25 {
+            let i = rng.below(files.len() as u64) as usize;
+            let tag = (rng.below(250) + 1) as u8;
+            match rng.below(3) {
+                0 => {
+                    fs::remove_file(name(i)).unwrap();
+                    write_sparse(&name(i), per_file, tag).unwrap();
+                }
+                1 => {
+                    let f = fs::OpenOptions::new().write(true).open(name(i)).unwrap();
+                    f.set_len(0).unwrap();
+                    for j in 0..per_file {
+                        f.write_all_at(&[tag; 16], sparse_block(j) * BS).unwrap();
+                    }
+                }
+                _ => {
+                    let f = fs::OpenOptions::new().write(true).open(name(i)).unwrap();
+                    for j in 0..per_file {
+                        f.write_all_at(&[tag; 16], sparse_block(j) * BS).unwrap();
+                    }
+                }
+            }
+            files[i] = tag;
+            ops += 1;
+        }
+        let s = status(&fs);
+        lowest_util = lowest_util.min(s.live_bytes as f64 / META as f64);
+    }
+    let s = status(&fs);
+    eprintln!(
+        "churn: {ops} files rewritten in {:.1} s; {} log blocks written ({:.1}x the log); \
+         utilization {:.1}% of the device (lowest {:.1}%); clean {}; {} segments cleaned in {} \
+         passes ({} in the write path); write cost {:.2}; ENOSPC {}",
+        start.elapsed().as_secs_f64(),
+        s.log_blocks_written - written0,
+        (s.log_blocks_written - written0) as f64 / log_blocks as f64,
+        s.live_bytes as f64 * 100.0 / META as f64,
+        lowest_util * 100.0,
+        s.clean,
+        s.counters.segments_cleaned,
+        s.counters.passes,
+        s.counters.emergency_passes,
+        s.write_cost,
+        s.counters.enospc
+    );
+    assert!(
+        s.log_blocks_written - written0 >= 2 * log_blocks,
+        "the churn did not write the log over twice"
+    );
+    assert!(lowest_util >= 0.79, "utilization fell to {lowest_util}");
+    assert_eq!(s.counters.enospc, 0);
+    assert!(s.counters.segments_cleaned > 0);
+    for (i, &tag) in files.iter().enumerate().step_by(7) {
+        assert_eq!(read_tag(&name(i), per_file - 1), tag, "file {i}");
+    }
+    fs.remount();
+    for (i, &tag) in files.iter().enumerate().step_by(5) {
+        assert_eq!(read_tag(&name(i), 0), tag, "file {i} after remount");
+    }
+    fs.unmount();
+}
+
+#[test]
+fn full_data_device_gives_enospc_then_deletes_give_room_back() {
+    let mut fs = TestFs::builder().sizes(64 << 20, 48 << 20).mount();
+    let chunk = content(9, 1 << 20);
+    let mut written = Vec::new();
+    let err = loop {
+        let p = fs.join(format!("d{:03}", written.len()));
+        match fs::write(&p, &chunk) {
+            Ok(()) => written.push(p),
+            Err(e) => break e,
+        }
+        assert!(written.len() < 1000, "the data device never filled");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    let st = statvfs(fs.path());
+    assert!(
+        st.f_bavail * st.f_frsize < 1 << 20,
+        "statfs says {} bytes free after ENOSPC",
+        st.f_bavail * st.f_frsize
+    );
+    // Nothing already written is damaged.
+    for p in &written {
+        assert_eq!(fs::read(p).unwrap(), chunk, "{}", p.display());
+    }
+    // Deletes give the space back at once: statfs shows it, writes succeed.
+    for p in written.iter().step_by(2) {
+        fs::remove_file(p).unwrap();
+    }
+    let st = statvfs(fs.path());
+    let freed = written.len().div_ceil(2) as u64;
+    assert!(
+        st.f_bavail * st.f_frsize >= freed << 20,
+        "after deleting {freed} MiB statfs shows {} bytes free",
+        st.f_bavail * st.f_frsize
+    );
+    for k in 0..freed / 2 {
+        fs::write(fs.join(format!("again{k}")), &chunk).unwrap();
+    }
+    fs.remount();
+    for p in written.iter().skip(1).step_by(2) {
+        assert_eq!(fs::read(p).unwrap(), chunk, "{}", p.display());
+    }
+    fs.unmount();
+}
+
+#[test]
+fn full_metadata_device_gives_enospc_then_deletes_give_room_back() {
+    dualfs_only!();
+    let mut fs = TestFs::builder()
+        .sizes(6 << 20, 64 << 20)
+        .mkfs_params(small_segments())
+        .mount();
+    let d = fs.join("many");
+    fs::create_dir(&d).unwrap();
+    let before = statvfs(fs.path()).f_ffree;
+    let mut n = 0u64;
+    let err = loop {
+        match fs::File::create(d.join(format!("e{n:06}"))) {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 200_000, "the metadata device never filled");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    // Other kinds of growth are refused too; nothing is damaged.
+    assert_eq!(
+        errno_of(fs::create_dir(fs.join("newdir"))),
+        libc::ENOSPC,
+        "mkdir at ENOSPC"
+    );
+    let st = statvfs(fs.path());
+    eprintln!(
+        "{n} empty files; statfs promised {before} at the start, {} now",
+        st.f_ffree
+    );
+    assert!(
+        st.f_ffree < n / 10,
+        "statfs still promises {} inodes",
+        st.f_ffree
+    );
+    assert!(
+        before >= n * 8 / 10 && before <= n * 2,
+        "statfs promised {before}, {n} fit"
+    );
+    assert_eq!(names(&d).len() as u64, n);
+    sync_fs(fs.path());
+    // Deletes work at ENOSPC and bring the room back.
+    for k in 0..n {
+        fs::remove_file(d.join(format!("e{k:06}"))).unwrap();
+    }
+    fs::remove_dir(&d).unwrap();
+    let st = statvfs(fs.path());
+    assert!(
+        st.f_ffree > n / 2,
+        "statfs shows {} inodes after deleting {n}",
+        st.f_ffree
+    );
+    fs::create_dir(&d).unwrap();
+    for k in 0..n / 2 {
+        fs::File::create(d.join(format!("again{k:06}"))).unwrap();
+    }
+    fs.remount();
+    assert_eq!(names(&d).len() as u64, n / 2);
+    fs.unmount();
+}
+
+/// Make dead space: many small files, three quarters deleted.
+fn make_garbage(fs: &TestFs, n: u64) {
+    let d = fs.join("g");
+    fs::create_dir_all(&d).unwrap();
+    for i in 0..n {
+        write_sparse(&d.join(format!("{i}")), 1 + i % 3, 1).unwrap();
+    }
+    for i in 0..n {
+        if i % 4 != 0 {
+            fs::remove_file(d.join(format!("{i}"))).unwrap();
+        }
+    }
+    sync_fs(fs.path());
+}
+
+fn run_cleaner(args: &[&str], mnt: &Path) -> (bool, String, String) {
+    let out = Command::new(cleaner_bin())
+        .args(args)
+        .arg(mnt)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn cleaner_daemon_status_once_and_takeover() {
+    dualfs_only!();
+    let mut fs = TestFs::builder()
+        .sizes(16 << 20, 256 << 20)
+        .mkfs_params(small_segments())
+        .mount();
+    make_garbage(&fs, 400);
+    let mnt = fs.path().to_path_buf();
+    drop(client(&fs));
+
+    // --status, as text and as JSON.
+    let (ok, out, err) = run_cleaner(&["--status"], &mnt);
+    assert!(ok, "--status failed: {err}");
+    for want in [
+        "clean segments:",
+        "dirty segments:",
+        "utilization:",
+        "write cost:",
+    ] {
+        assert!(out.contains(want), "--status lacks {want:?}:\n{out}");
+    }
+    let (ok, out, err) = run_cleaner(&["--status", "--json"], &mnt);
+    assert!(ok, "{err}");
+    let s: Status = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(s.segments, 64);
+    assert_eq!(s.daemons, 0);
+    let cleaned0 = s.counters.segments_cleaned;
+
+    // --once: one pass whatever the thresholds.
+    let (ok, out, err) = run_cleaner(&["--once", "--policy", "greedy"], &mnt);
+    assert!(ok, "--once failed: {err}");
+    assert!(
+        out.contains("cleaned segments"),
+        "--once printed: {out}{err}"
+    );
+    let s = status(&fs);
+    assert!(s.counters.segments_cleaned > cleaned0, "{s:?}");
+    assert!(s.write_cost > 0.0);
+
+    // An attached daemon takes threshold cleaning over and cleans to its thresholds.
+    make_garbage(&fs, 400);
+    let clean0 = status(&fs).clean;
+    let log = fs.scratch().join("cleaner.log");
+    let mut daemon = Command::new(cleaner_bin())
+        .arg(&mnt)
+        .args([
+            "--foreground",
+            "--interval",
+            "0.2",
+            "--policy",
+            "cost-benefit",
+        ])
+        .args(["--min-free", "60", "--max-free", "62"])
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until("the daemon to attach", Duration::from_secs(10), || {
+        status(&fs).daemons == 1
+    });
+    wait_until("the daemon to clean", Duration::from_secs(30), || {
+        status(&fs).clean > clean0
+    });
+    let t = client(&fs).thresholds().unwrap();
+    assert_eq!((t.min_free, t.max_free), (60, 62));
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let st = wait_timeout(&mut daemon, Duration::from_secs(10)).expect("daemon exit");
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(st.success(), "daemon exited {st}:\n{text}");
+    assert!(text.contains("cleaned segments"), "daemon log:\n{text}");
+    wait_until("the daemon to detach", Duration::from_secs(5), || {
+        status(&fs).daemons == 0
+    });
+
+    // Without --foreground it detaches and keeps a pid file.
+    let (ok, _, err) = run_cleaner(&["--interval", "0.2"], &mnt);
+    assert!(ok, "{err}");
+    let pid_file = dualfs::clean::control::run_file_path(&mnt, "cleaner.pid");
+    wait_until("the detached daemon", Duration::from_secs(10), || {
+        status(&fs).daemons == 1 && pid_file.exists()
+    });
+    let pid: i32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // A second one refuses.
+    let (ok, _, err) = run_cleaner(&["--foreground"], &mnt);
+    assert!(!ok && err.contains("already"), "second daemon: {err}");
+    // Unmounting ends it: the socket closes under it.
+    fs.unmount();
+    wait_until(
+        "the detached daemon to exit",
+        Duration::from_secs(10),
+        || unsafe { libc::kill(pid, 0) != 0 },
+    );
+    assert!(!pid_file.exists(), "pid file left behind");
+    assert!(!socket_path(&mnt).exists(), "control socket left behind");
+}
+
+#[test]
+fn control_socket_serves_only_root_and_the_mount_owner() {
+    dualfs_only!();
+    let fs = TestFs::builder().sizes(16 << 20, 64 << 20).mount();
+    drop(client(&fs));
+    let sock = socket_path(fs.path());
+    let m = fs::metadata(&sock).unwrap();
+    assert_eq!(m.mode() & 0o777, 0o600, "socket mode");
+    assert_eq!(m.uid(), 0, "owned by the mount owner (root)");
+    // Another user cannot even connect.
+    let e = as_user(ALICE.0, ALICE.1, || Client::connect(fs.path()).err());
+    assert_eq!(
+        e.expect("connected as another user").raw_os_error(),
+        Some(libc::EACCES)
+    );
+    // Even with the socket opened up, the peer's credentials are checked.
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o666)).unwrap();
+    let r = as_user(ALICE.0, ALICE.1, || {
+        let mut c = Client::connect(fs.path()).expect("connect through a 0666 socket");
+        c.status().err()
+    });
+    let e = r.expect("another user got a status");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("owner"), "{e}");
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o600)).unwrap();
+    // Root is served; bad requests get an error, not a hang-up.
+    let mut c = client(&fs);
+    assert!(c.status().is_ok());
+    let mut raw = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    raw.write_all(b"{\"op\":\"nonsense\"}\n").unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&raw), &mut line).unwrap();
+    assert!(line.contains("\"error\""), "{line}");
+    drop(fs);
+}
