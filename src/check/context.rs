@@ -2,7 +2,8 @@
 //! reader that validates addresses before reading, and the claims on log blocks that pass 5
 //! adds up into segment usage.
 
-use super::{Options, Problem, Report, Severity, Stats};
+use super::findings::Finding;
+use super::{Options, Problem, Progress, ProgressFn, Report, Severity, Stats};
 use crate::device::BlockDevice;
 use crate::format::superblock::Superblock;
 use crate::{FsError, Result};
@@ -83,7 +84,13 @@ pub struct Sink {
     unlisted: BTreeMap<&'static str, (u64, u64)>,
     notes: Vec<String>,
     pub stats: Stats,
+    /// What a repair can act on (every finding, listed or not).
+    pub findings: Vec<Finding>,
+    progress: Option<ProgressFn>,
 }
+
+/// Passes, for progress reports.
+pub const PASSES: u8 = 8;
 
 impl Sink {
     pub fn new(opts: &Options) -> Sink {
@@ -94,7 +101,32 @@ impl Sink {
             unlisted: BTreeMap::new(),
             notes: Vec::new(),
             stats: Stats::default(),
+            findings: Vec::new(),
+            progress: opts.progress.clone(),
         }
+    }
+
+    /// Record what a repair can act on.
+    pub fn found(&mut self, f: Finding) {
+        self.findings.push(f);
+    }
+
+    /// Pass `pass` (`name`) has done `done` of `total`.
+    pub fn progress(&self, pass: u8, name: &'static str, done: u64, total: u64) {
+        if let Some(p) = &self.progress {
+            p(&Progress {
+                pass,
+                passes: PASSES,
+                name,
+                done,
+                total,
+            });
+        }
+    }
+
+    /// Whether progress is reported at all (to skip counting work when not).
+    pub fn wants_progress(&self) -> bool {
+        self.progress.is_some()
     }
 
     fn add(&mut self, severity: Severity, pass: &'static str, message: String) {
@@ -113,6 +145,11 @@ impl Sink {
             pass,
             message,
         });
+    }
+
+    /// Problems reported so far (listed or not).
+    pub fn problems_count(&self) -> u64 {
+        self.problems.len() as u64 + self.unlisted.values().map(|(e, w)| e + w).sum::<u64>()
     }
 
     pub fn error(&mut self, pass: &'static str, message: impl Into<String>) {
@@ -151,6 +188,12 @@ impl Sink {
             stats: self.stats,
             notes: self.notes,
         }
+    }
+
+    /// The report and the findings.
+    pub fn finish_with_findings(mut self) -> (Report, Vec<Finding>) {
+        let findings = std::mem::take(&mut self.findings);
+        (self.finish(), findings)
     }
 }
 

@@ -23,6 +23,8 @@
 //! depend on them).
 
 mod context;
+pub mod findings;
+mod glance;
 mod pass0_superblocks;
 mod pass1_checkpoints;
 mod pass2_inodes;
@@ -35,17 +37,48 @@ mod pass7_namespace;
 mod tests;
 
 use crate::device::BlockDevice;
+use crate::format::superblock::Superblock;
 use crate::Result;
 use context::{BoundedDevice, Claims, LogReader, Sink};
+use findings::Finding;
+pub use glance::{glance, Glance};
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 
-/// How to check.
-#[derive(Clone, Debug, Default)]
+/// How to check. Build it with `Options::default()` and struct update syntax
+/// (`Options { verbose: true, ..Options::default() }`): fields may be added.
+#[derive(Clone, Default)]
 pub struct Options {
     /// List every problem (otherwise each pass lists at most `context::PROBLEMS_PER_PASS`
     /// and summarizes the rest) and add informational notes to the report.
     pub verbose: bool,
+    /// Called as the check advances (for a progress bar). Calls come from the checking
+    /// thread, often (up to a few thousand per pass): keep it cheap.
+    pub progress: Option<ProgressFn>,
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("verbose", &self.verbose)
+            .field("progress", &self.progress.as_ref().map(|_| "callback"))
+            .finish()
+    }
+}
+
+/// A progress callback.
+pub type ProgressFn = std::sync::Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// How far the check is: pass `pass` (0..=7, named `name`) has done `done` of `total` units
+/// (inodes, blocks, entries: whatever the pass counts; `total` may grow while it runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub pass: u8,
+    pub passes: u8,
+    pub name: &'static str,
+    pub done: u64,
+    pub total: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -183,12 +216,28 @@ pub fn check_with(
     Ok(run(meta, data, opts, None)?.report)
 }
 
-/// A report plus what tests need to judge it.
+/// A report plus what tests and the repairer need.
 pub(crate) struct Outcome {
     pub report: Report,
     /// Log blocks something reachable names, plus the superblock and its copies.
     #[cfg_attr(not(test), allow(dead_code))]
     pub live_log_blocks: BTreeSet<u64>,
+    /// What a repair can act on.
+    pub findings: Vec<Finding>,
+    /// What the passes established (None when the check stopped at pass 0 or 1).
+    pub state: Option<State>,
+}
+
+/// What the passes established: the state a mount would see, and what is reachable in it.
+pub(crate) struct State {
+    pub sb: Arc<Superblock>,
+    pub loaded: pass1_checkpoints::Loaded,
+    pub inodes: pass2_inodes::Inodes,
+    pub data_use: pass3_block_maps::DataUse,
+    /// Live bytes of each segment, recomputed.
+    pub live_bytes: Vec<u64>,
+    /// None when the tree could not be listed.
+    pub namespace: Option<pass6_tree::Namespace>,
 }
 
 /// The whole check. `listed` replaces the directory entries the tree holds (tests use it with
@@ -202,13 +251,19 @@ pub(crate) fn run(
     let meta = BoundedDevice::new(meta);
     let mut sink = Sink::new(opts);
     let mut live_log_blocks = BTreeSet::new();
-    let outcome = |sink: Sink, live| Outcome {
-        report: sink.finish(),
-        live_log_blocks: live,
+    let outcome = |sink: Sink, live, state| {
+        let (report, findings) = sink.finish_with_findings();
+        Outcome {
+            report,
+            live_log_blocks: live,
+            findings,
+            state,
+        }
     };
 
+    sink.progress(0, pass0_superblocks::NAME, 0, 1);
     let Some(sb) = pass0_superblocks::run(&mut sink, &meta, data)? else {
-        return Ok(outcome(sink, live_log_blocks));
+        return Ok(outcome(sink, live_log_blocks, None));
     };
     live_log_blocks.insert(0);
     live_log_blocks.extend(
@@ -217,17 +272,26 @@ pub(crate) fn run(
             .map(|&s| s.saturating_mul(sb.segment_blocks as u64)),
     );
     let log = LogReader::new(&meta, sb.clone());
-    let Some(state) = pass1_checkpoints::run(&mut sink, &log)? else {
-        return Ok(outcome(sink, live_log_blocks));
+    let Some(loaded) = pass1_checkpoints::run(&mut sink, &log)? else {
+        return Ok(outcome(sink, live_log_blocks, None));
     };
     let mut claims = Claims::default();
-    let inodes = pass2_inodes::run(&mut sink, &log, &mut claims, &state)?;
+    let inodes = pass2_inodes::run(&mut sink, &log, &mut claims, &loaded)?;
     let data_use = pass3_block_maps::run(&mut sink, &log, &mut claims, &inodes)?;
-    pass4_data_bitmaps::run(&mut sink, &state.tables, &inodes, &data_use);
-    pass5_segment_usage::run(&mut sink, &log, &mut claims, &state);
+    pass4_data_bitmaps::run(&mut sink, &loaded.tables, &inodes, &data_use);
+    let live_bytes = pass5_segment_usage::run(&mut sink, &log, &mut claims, &loaded);
     live_log_blocks.extend(claims.addresses());
-    if let Some(tree) = pass6_tree::run(&mut sink, &log, &state, listed)? {
-        pass7_namespace::run(&mut sink, &tree, &inodes);
+    let namespace = pass6_tree::run(&mut sink, &log, &loaded, listed)?;
+    if let Some(ns) = &namespace {
+        pass7_namespace::run(&mut sink, ns, &inodes);
     }
-    Ok(outcome(sink, live_log_blocks))
+    let state = State {
+        sb,
+        loaded,
+        inodes,
+        data_use,
+        live_bytes,
+        namespace,
+    };
+    Ok(outcome(sink, live_log_blocks, Some(state)))
 }

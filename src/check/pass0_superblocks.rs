@@ -5,6 +5,7 @@
 //! superblock the check goes on (every later pass takes the geometry from the metadata one).
 
 use super::context::Sink;
+use super::findings::Finding;
 use crate::device::BlockDevice;
 use crate::format::superblock::{Role, Superblock, SB_SIZE};
 use crate::Result;
@@ -43,6 +44,7 @@ pub fn run(
         Ok(sb) => sb,
         Err(e) => {
             sink.error(NAME, format!("metadata device superblock is unusable: {e}"));
+            sink.found(Finding::PrimarySuperblock);
             return Ok(None);
         }
     };
@@ -52,6 +54,7 @@ pub fn run(
             "the metadata device holds a data-device superblock (devices given in the wrong \
              order?)",
         );
+        sink.found(Finding::NotAPair);
         return Ok(None);
     }
     let bs = sb.block_size as u64;
@@ -71,6 +74,7 @@ pub fn run(
     ] {
         let need = blocks.saturating_mul(bs);
         if dev.size() < need {
+            sink.found(Finding::DeviceTooSmall);
             sink.error(
                 NAME,
                 format!(
@@ -87,6 +91,7 @@ pub fn run(
         let raw = match read_raw(meta, addr.saturating_mul(bs))? {
             Ok(b) => b,
             Err(why) => {
+                // Past the end of the device: reported as a device too small.
                 sink.error(
                     NAME,
                     format!("superblock copy in segment {seg} (block {addr}) is missing: {why}"),
@@ -97,6 +102,7 @@ pub fn run(
         if raw == primary {
             continue;
         }
+        sink.found(Finding::SuperblockCopy { segment: seg });
         match Superblock::decode(&raw) {
             Err(e) => sink.error(
                 NAME,
@@ -117,6 +123,7 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
         Ok(b) => b,
         Err(why) => {
             sink.error(NAME, format!("data device has no superblock: {why}"));
+            sink.found(Finding::DeviceTooSmall);
             return Ok(());
         }
     };
@@ -124,11 +131,13 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
         Ok(d) => d,
         Err(e) => {
             sink.error(NAME, format!("data device superblock is unusable: {e}"));
+            sink.found(Finding::DataSuperblock);
             return Ok(());
         }
     };
     if dsb.role != Role::Data {
         sink.error(NAME, "the data device holds a metadata-device superblock");
+        sink.found(Finding::NotAPair);
     }
     // What mount's pairing test compares: a mismatch means another file system's device.
     let must_agree: [(&str, String, String); 5] = [
@@ -160,6 +169,7 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
     ];
     for (field, m, d) in must_agree {
         if m != d {
+            sink.found(Finding::NotAPair);
             sink.error(
                 NAME,
                 format!("the devices are not a pair: {field} is {m} on the metadata device, {d} on the data device"),
@@ -180,6 +190,7 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
     ];
     for (field, same) in should_agree {
         if !same {
+            sink.found(Finding::DataSuperblock);
             sink.warning(NAME, format!("the superblocks disagree on the {field}"));
         }
     }

@@ -8,6 +8,7 @@
 //! later passes do not report them again.
 
 use super::context::{list, Claims, LogReader, Sink};
+use super::findings::{Finding, Lost};
 use super::pass1_checkpoints::Loaded;
 use crate::format::inode::{check_inode_block, DiskInode};
 use crate::format::meta::{
@@ -29,6 +30,10 @@ pub struct InodeInfo {
 impl InodeInfo {
     pub fn kind(&self) -> Option<FileKind> {
         FileKind::from_mode(self.disk.mode)
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind() == Some(FileKind::Directory)
     }
 }
 
@@ -59,9 +64,11 @@ pub fn run(
         sink.stats.inodes += 1;
         if ino == 0 {
             sink.error(NAME, "inode map entry 0 (never used) is allocated");
+            sink.found(Finding::ImapEntryZero);
             continue;
         }
         if e.flags & !(IMAP_ALLOCATED | IMAP_ORPHAN) != 0 {
+            sink.found(Finding::ImapFlags { ino });
             sink.warning(
                 NAME,
                 format!("inode {ino}: unknown inode map flags {:#x}", e.flags),
@@ -75,10 +82,18 @@ pub fn run(
                     e.addr
                 ),
             );
+            sink.found(Finding::InodeLost {
+                ino,
+                how: Lost::Gone,
+            });
             inodes.unreadable.insert(ino);
             continue;
         }
         if let Err(other) = claims.claim_inode(e.addr) {
+            sink.found(Finding::InodeLost {
+                ino,
+                how: Lost::Gone,
+            });
             sink.error(
                 NAME,
                 format!(
@@ -92,12 +107,25 @@ pub fn run(
         by_block.entry(e.addr).or_default().push((ino, *e));
     }
 
-    for (addr, entries) in by_block {
+    let blocks = by_block.len() as u64;
+    let gone = |sink: &mut Sink, inodes: &mut Inodes, ino: u64| {
+        sink.found(Finding::InodeLost {
+            ino,
+            how: Lost::Gone,
+        });
+        inodes.unreadable.insert(ino);
+    };
+    for (done, (addr, entries)) in by_block.into_iter().enumerate() {
+        if done % 1024 == 0 {
+            sink.progress(2, NAME, done as u64, blocks);
+        }
         let block = match log.read(addr)? {
             Ok(b) => b,
             Err(why) => {
                 sink.error(NAME, format!("log block {addr}: {why}"));
-                inodes.unreadable.extend(entries.iter().map(|e| e.0));
+                for (ino, _) in entries {
+                    gone(sink, &mut inodes, ino);
+                }
                 continue;
             }
         };
@@ -112,27 +140,45 @@ pub fn run(
                         list(&inos, 8)
                     ),
                 );
-                inodes.unreadable.extend(inos);
+                for ino in inos {
+                    gone(sink, &mut inodes, ino);
+                }
                 continue;
             }
         };
         for (ino, entry) in entries {
-            match inode_in_slot(&block, count, addr, ino, &entry) {
-                Ok(disk) => {
-                    let info = InodeInfo {
-                        disk,
-                        orphan: entry.flags & IMAP_ORPHAN != 0,
-                    };
-                    check_fields(sink, log, ino, &info);
-                    inodes.good.insert(ino, info);
-                }
+            let disk = match inode_in_slot(&block, count, addr, ino, &entry) {
+                Ok(disk) => disk,
                 Err(why) => {
                     sink.error(NAME, why);
-                    inodes.unreadable.insert(ino);
+                    // The block may hold the inode elsewhere (the map entry is what lies).
+                    match find_in_block(&block, count, ino) {
+                        Some((slot, disk)) => {
+                            sink.found(Finding::InodeLost {
+                                ino,
+                                how: Lost::Misplaced {
+                                    slot,
+                                    generation: disk.generation,
+                                },
+                            });
+                            disk
+                        }
+                        None => {
+                            gone(sink, &mut inodes, ino);
+                            continue;
+                        }
+                    }
                 }
-            }
+            };
+            let info = InodeInfo {
+                disk,
+                orphan: entry.flags & IMAP_ORPHAN != 0,
+            };
+            check_fields(sink, log, ino, &info);
+            inodes.good.insert(ino, info);
         }
     }
+    sink.progress(2, NAME, blocks, blocks);
 
     check_free_list(sink, log, state);
     Ok(inodes)
@@ -172,10 +218,19 @@ fn inode_in_slot(
     Ok(d)
 }
 
+/// The slot of a checked inode block that holds inode `ino`, if one does.
+fn find_in_block(block: &[u8], count: usize, ino: u64) -> Option<(u16, DiskInode)> {
+    (1..=count).find_map(|slot| {
+        let d = DiskInode::decode(&block[INODE_SIZE * slot..INODE_SIZE * (slot + 1)]).ok()?;
+        (d.ino == ino).then_some((slot as u16, d))
+    })
+}
+
 /// Per-inode facts that need nothing but the inode and its map entry.
 fn check_fields(sink: &mut Sink, log: &LogReader, ino: u64, info: &InodeInfo) {
     let d = &info.disk;
     if info.orphan && d.nlink != 0 {
+        sink.found(Finding::OrphanFlag { ino });
         sink.error(
             NAME,
             format!(
@@ -185,6 +240,7 @@ fn check_fields(sink: &mut Sink, log: &LogReader, ino: u64, info: &InodeInfo) {
         );
     }
     if !info.orphan && d.nlink == 0 {
+        sink.found(Finding::Namespace);
         sink.error(
             NAME,
             format!("inode {ino} has no links but is not flagged orphan (nothing would free it)"),
@@ -192,6 +248,9 @@ fn check_fields(sink: &mut Sink, log: &LogReader, ino: u64, info: &InodeInfo) {
     }
     if info.orphan {
         sink.stats.orphans += 1;
+    }
+    if d.flags != 0 || d.group as u64 >= log.sb.groups || (!info.is_dir() && d.parent != 0) {
+        sink.found(Finding::InodeFields { ino });
     }
     if d.flags != 0 {
         sink.warning(
@@ -250,6 +309,7 @@ fn check_free_list(sink: &mut Sink, log: &LogReader, state: &Loaded) {
     let zero = entry(0);
     if zero.flags != 0 || zero.addr != 0 {
         sink.warning(NAME, "inode map entry 0 (never used) is not zero");
+        sink.found(Finding::FreeList);
     }
     let mut free = Vec::new();
     let mut allocated = 0u64;
@@ -264,6 +324,7 @@ fn check_free_list(sink: &mut Sink, log: &LogReader, state: &Loaded) {
         let want = free.get(k + 1).copied().unwrap_or(0);
         let e = entry(i);
         if e.addr != want {
+            sink.found(Finding::FreeList);
             sink.error(
                 NAME,
                 format!(
@@ -273,6 +334,7 @@ fn check_free_list(sink: &mut Sink, log: &LogReader, state: &Loaded) {
             );
         }
         if e.flags != 0 {
+            sink.found(Finding::FreeList);
             sink.warning(
                 NAME,
                 format!("free inode map entry {i} carries flags {:#x}", e.flags),
@@ -281,6 +343,7 @@ fn check_free_list(sink: &mut Sink, log: &LogReader, state: &Loaded) {
     }
     let head = free.first().copied().unwrap_or(0);
     if header.free_head != head {
+        sink.found(Finding::FreeList);
         sink.error(
             NAME,
             format!(
@@ -290,6 +353,7 @@ fn check_free_list(sink: &mut Sink, log: &LogReader, state: &Loaded) {
         );
     }
     if header.free_count != free.len() as u64 {
+        sink.found(Finding::FreeList);
         sink.error(
             NAME,
             format!(
@@ -300,6 +364,7 @@ fn check_free_list(sink: &mut Sink, log: &LogReader, state: &Loaded) {
         );
     }
     if header.live_inodes != allocated {
+        sink.found(Finding::FreeList);
         sink.error(
             NAME,
             format!(
@@ -315,6 +380,7 @@ fn check_free_list(sink: &mut Sink, log: &LogReader, state: &Loaded) {
         })
         .count() as u64;
     if header.clean_segments != clean {
+        sink.found(Finding::FreeList);
         sink.error(
             NAME,
             format!(

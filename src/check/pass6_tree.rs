@@ -5,6 +5,7 @@
 //! (anything else is a leaked log block). Then the entries are listed for pass 7.
 
 use super::context::{damage_or_failure, LogReader, Sink};
+use super::findings::Finding;
 use super::pass1_checkpoints::Loaded;
 use crate::betree::{BeTree, NodeLoader};
 use crate::format::{BlockHeader, BlockKind};
@@ -30,6 +31,10 @@ pub struct Entry {
 pub struct Namespace {
     pub tree: BeTree,
     pub entries: Vec<Entry>,
+    /// Every node the tree reaches.
+    pub nodes: BTreeSet<u64>,
+    /// The tree itself checked out (else the entries come from a listing).
+    pub tree_ok: bool,
 }
 
 /// Reads tree nodes through the node map; a node's block must say it is that node.
@@ -68,11 +73,14 @@ pub fn run(
 ) -> Result<Option<Namespace>> {
     let addrs = &state.tables.nodes.addrs;
     let next_id = state.cp.next_node_id;
+    sink.progress(6, NAME, 0, 1);
     if addrs.first().is_some_and(|&a| a != 0) {
         sink.error(NAME, "node map entry 0 is in use (node id 0 is never used)");
+        sink.found(Finding::NodeMapEntry { id: 0 });
     }
     for (id, &a) in addrs.iter().enumerate().skip(1) {
         if a != 0 && id as u64 >= next_id {
+            sink.found(Finding::NextNodeId);
             sink.error(
                 NAME,
                 format!(
@@ -92,14 +100,16 @@ pub fn run(
         free_ids,
     );
     let loader = NodeMapLoader { log, addrs };
+    let mut reached = BTreeSet::new();
     let tree_ok = match tree.check(&loader) {
         Ok(stats) => {
-            let mut reached = BTreeSet::new();
             for &id in &stats.node_ids {
                 if !reached.insert(id) {
                     sink.error(NAME, format!("node {id} is reached twice"));
+                    sink.found(Finding::TreeDamaged);
                 }
                 if id == 0 || id >= next_id {
+                    sink.found(Finding::NextNodeId);
                     sink.error(
                         NAME,
                         format!("reachable node {id} is not below the next node id {next_id}"),
@@ -109,6 +119,7 @@ pub fn run(
             sink.stats.tree_nodes = reached.len() as u64;
             for (id, &a) in addrs.iter().enumerate().skip(1) {
                 if a != 0 && !reached.contains(&(id as u64)) {
+                    sink.found(Finding::NodeMapEntry { id: id as u64 });
                     sink.error(
                         NAME,
                         format!(
@@ -123,9 +134,11 @@ pub fn run(
         Err(e) => {
             let why = damage_or_failure(e)?;
             sink.error(NAME, format!("the directory tree is damaged: {why}"));
+            sink.found(Finding::TreeDamaged);
             false
         }
     };
+    sink.progress(6, NAME, 1, 2);
 
     let entries = match listed {
         Some(listed) => {
@@ -146,6 +159,7 @@ pub fn run(
             if let Err(e) = listing {
                 let why = damage_or_failure(e)?;
                 sink.error(NAME, format!("listing the directory tree fails: {why}"));
+                sink.found(Finding::TreeDamaged);
                 return Ok(None);
             }
             v
@@ -161,6 +175,7 @@ pub fn run(
     for w in entries.windows(2) {
         let (a, b) = (&w[0], &w[1]);
         if (a.dir, a.hash, &a.name) >= (b.dir, b.hash, &b.name) {
+            sink.found(Finding::TreeDamaged);
             sink.error(
                 NAME,
                 format!(
@@ -176,5 +191,11 @@ pub fn run(
         }
     }
     sink.stats.entries = entries.len() as u64;
-    Ok(Some(Namespace { tree, entries }))
+    sink.progress(6, NAME, 2, 2);
+    Ok(Some(Namespace {
+        tree,
+        entries,
+        nodes: reached,
+        tree_ok,
+    }))
 }

@@ -7,6 +7,7 @@
 //! '..' chains lead to the root without loops.
 
 use super::context::{list, Sink};
+use super::findings::Finding;
 use super::pass2_inodes::{InodeInfo, Inodes};
 use super::pass6_tree::Namespace;
 use crate::format::{NAME_MAX, ROOT_INO};
@@ -32,13 +33,25 @@ fn kind_name(code: u8) -> String {
 }
 
 pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
+    let before = sink.problems_count();
+    check(sink, ns, inodes);
+    if sink.problems_count() > before {
+        sink.found(Finding::Namespace);
+    }
+}
+
+fn check(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
     let mut entries_in: HashMap<u64, u64> = HashMap::new();
     let mut subdirs_in: HashMap<u64, u64> = HashMap::new();
     // Who names each inode (the directories holding its entries), and what each names.
     let mut names_of: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
-    for e in &ns.entries {
-        let at = format!("entry '{}' in directory {}", e.name.escape_ascii(), e.dir);
+    let total = ns.entries.len() as u64;
+    for (done, e) in ns.entries.iter().enumerate() {
+        if done % 65536 == 0 {
+            sink.progress(7, NAME, done as u64, total);
+        }
+        let at = || format!("entry '{}' in directory {}", e.name.escape_ascii(), e.dir);
         if e.name.is_empty()
             || e.name.len() > NAME_MAX
             || e.name.contains(&b'/')
@@ -46,25 +59,32 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
             || e.name == b"."
             || e.name == b".."
         {
-            sink.error(NAME, format!("{at}: illegal name ({} bytes)", e.name.len()));
+            sink.error(
+                NAME,
+                format!("{}: illegal name ({} bytes)", at(), e.name.len()),
+            );
         }
         let hash = ns.tree.hash(&e.name);
         if e.hash != hash {
             sink.error(
                 NAME,
                 format!(
-                    "{at}: stored hash {:#x}, the name hashes to {hash:#x}",
+                    "{}: stored hash {:#x}, the name hashes to {hash:#x}",
+                    at(),
                     e.hash
                 ),
             );
         }
         match inodes.good.get(&e.dir) {
             Some(d) if is_dir(d) => {}
-            Some(_) => sink.error(NAME, format!("{at}: inode {} is not a directory", e.dir)),
+            Some(_) => sink.error(
+                NAME,
+                format!("{}: inode {} is not a directory", at(), e.dir),
+            ),
             None if inodes.unreadable.contains(&e.dir) => {}
             None => sink.error(
                 NAME,
-                format!("{at}: directory {} is not an allocated inode", e.dir),
+                format!("{}: directory {} is not an allocated inode", at(), e.dir),
             ),
         }
         *entries_in.entry(e.dir).or_default() += 1;
@@ -75,7 +95,8 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
                     sink.error(
                         NAME,
                         format!(
-                            "{at} says inode {} is a {}, but it is a {}",
+                            "{} says inode {} is a {}, but it is a {}",
+                            at(),
                             e.ino,
                             kind_name(e.kind),
                             kind_name(code.unwrap_or(0))
@@ -88,7 +109,7 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
             None => {
                 sink.error(
                     NAME,
-                    format!("{at} names inode {}, which is not allocated", e.ino),
+                    format!("{} names inode {}, which is not allocated", at(), e.ino),
                 );
                 false
             }
@@ -188,6 +209,7 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
 
     reachability(sink, inodes, &names_of, &children);
     dotdot_chains(sink, inodes, &names_of);
+    sink.progress(7, NAME, total, total);
 }
 
 /// Everything allocated can be found from the root through directories.
