@@ -15,6 +15,7 @@ mod flush;
 pub mod inode;
 mod mount;
 mod rename;
+mod repair;
 pub mod types;
 
 pub use types::*;

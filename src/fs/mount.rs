@@ -74,7 +74,8 @@ pub fn check_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Supe
 }
 
 impl Fs {
-    fn assemble(
+    /// An `Fs` over loaded tables and a log head (mount, mkfs, and fsck's repair sessions).
+    pub(super) fn assemble(
         sb: Arc<Superblock>,
         meta: Arc<dyn BlockDevice>,
         data: Arc<dyn BlockDevice>,
