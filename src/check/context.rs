@@ -124,11 +124,6 @@ impl Sink {
         }
     }
 
-    /// Whether progress is reported at all (to skip counting work when not).
-    pub fn wants_progress(&self) -> bool {
-        self.progress.is_some()
-    }
-
     fn add(&mut self, severity: Severity, pass: &'static str, message: String) {
         let n = self.listed.entry(pass).or_insert(0);
         if *n >= PROBLEMS_PER_PASS && !self.verbose {

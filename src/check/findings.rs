@@ -36,9 +36,11 @@ pub enum Finding {
     SuperblockCopy {
         segment: u64,
     },
-    /// The data device's superblock is unusable or disagrees with the metadata one on
-    /// something mkfs writes identically (but not on what pairs them).
-    DataSuperblock,
+    /// The data device's superblock is unusable, or (`unusable` false) disagrees with the
+    /// metadata one on something mkfs writes identically but that does not pair them.
+    DataSuperblock {
+        unusable: bool,
+    },
     /// The devices belong to different file systems, or the data device holds a metadata
     /// superblock: nothing is repaired.
     NotAPair,
@@ -98,9 +100,10 @@ pub enum Finding {
         ino: u64,
         size: u64,
     },
-    /// The size is beyond the largest file.
+    /// The size is beyond the largest file: it shrinks to cover the mapped blocks.
     SizeTooLarge {
         ino: u64,
+        size: u64,
     },
     /// `i_blocks` or `i_meta_blocks` do not count what the block map holds.
     BlockCounts {

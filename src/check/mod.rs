@@ -33,6 +33,7 @@ mod pass4_data_bitmaps;
 mod pass5_segment_usage;
 mod pass6_tree;
 mod pass7_namespace;
+pub mod repair;
 #[cfg(test)]
 mod tests;
 
@@ -234,10 +235,10 @@ pub(crate) struct State {
     pub loaded: pass1_checkpoints::Loaded,
     pub inodes: pass2_inodes::Inodes,
     pub data_use: pass3_block_maps::DataUse,
-    /// Live bytes of each segment, recomputed.
-    pub live_bytes: Vec<u64>,
     /// None when the tree could not be listed.
     pub namespace: Option<pass6_tree::Namespace>,
+    /// Every live log block and what it is.
+    pub claims: Claims,
 }
 
 /// The whole check. `listed` replaces the directory entries the tree holds (tests use it with
@@ -279,7 +280,7 @@ pub(crate) fn run(
     let inodes = pass2_inodes::run(&mut sink, &log, &mut claims, &loaded)?;
     let data_use = pass3_block_maps::run(&mut sink, &log, &mut claims, &inodes)?;
     pass4_data_bitmaps::run(&mut sink, &loaded.tables, &inodes, &data_use);
-    let live_bytes = pass5_segment_usage::run(&mut sink, &log, &mut claims, &loaded);
+    pass5_segment_usage::run(&mut sink, &log, &mut claims, &loaded);
     live_log_blocks.extend(claims.addresses());
     let namespace = pass6_tree::run(&mut sink, &log, &loaded, listed)?;
     if let Some(ns) = &namespace {
@@ -290,8 +291,8 @@ pub(crate) fn run(
         loaded,
         inodes,
         data_use,
-        live_bytes,
         namespace,
+        claims,
     };
     Ok(outcome(sink, live_log_blocks, Some(state)))
 }

@@ -131,7 +131,7 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
         Ok(d) => d,
         Err(e) => {
             sink.error(NAME, format!("data device superblock is unusable: {e}"));
-            sink.found(Finding::DataSuperblock);
+            sink.found(Finding::DataSuperblock { unusable: true });
             return Ok(());
         }
     };
@@ -190,7 +190,7 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
     ];
     for (field, same) in should_agree {
         if !same {
-            sink.found(Finding::DataSuperblock);
+            sink.found(Finding::DataSuperblock { unusable: false });
             sink.warning(NAME, format!("the superblocks disagree on the {field}"));
         }
     }

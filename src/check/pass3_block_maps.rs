@@ -189,7 +189,6 @@ impl<'a, 'b> Walk<'a, 'b> {
         let ino = self.ino;
         let largest = max_blocks(self.p).saturating_mul(self.log.block_size());
         if self.d.size > largest {
-            self.found(sink, Finding::SizeTooLarge { ino });
             self.problem(
                 sink,
                 format!(
@@ -218,7 +217,10 @@ impl<'a, 'b> Walk<'a, 'b> {
             }
         }
         let bs = self.log.block_size();
-        if self.mapped_end > self.end_block && self.d.size <= largest {
+        if self.d.size > largest {
+            let size = self.mapped_end.saturating_mul(bs).min(largest);
+            self.found(sink, Finding::SizeTooLarge { ino, size });
+        } else if self.mapped_end > self.end_block {
             self.found(
                 sink,
                 Finding::SizeTooSmall {
@@ -328,12 +330,6 @@ impl<'a, 'b> Walk<'a, 'b> {
                 self.incomplete = true;
                 return Ok(());
             }
-            if let Err(other) = claims.claim_block(addr, LogUse::Indirect { ino, level, index }) {
-                sink.error(NAME, format!("{name}: log block {addr} is already {other}"));
-                sink.found(clear);
-                self.incomplete = true;
-                return Ok(());
-            }
         }
         let raw = match self.log.read(addr)? {
             Ok(b) => b,
@@ -342,6 +338,8 @@ impl<'a, 'b> Walk<'a, 'b> {
                 return Ok(());
             }
         };
+        // Only a block that is what the pointer asks for is claimed: a pointer into another
+        // file's block must not take it from its owner.
         let want = BlockHeader::new(BlockKind::Indirect, level, ino, index);
         let ptrs = match decode_pointer_block(&raw, want) {
             Ok(p) => p,
@@ -352,6 +350,14 @@ impl<'a, 'b> Walk<'a, 'b> {
                 return Ok(());
             }
         };
+        if self.mode == Mode::Check {
+            if let Err(other) = claims.claim_block(addr, LogUse::Indirect { ino, level, index }) {
+                sink.error(NAME, format!("{name}: log block {addr} is already {other}"));
+                sink.found(clear);
+                self.incomplete = true;
+                return Ok(());
+            }
+        }
         self.mapped_end = self.mapped_end.max(index + 1);
         for (slot, &child) in ptrs.iter().enumerate() {
             if child == 0 {
@@ -446,14 +452,6 @@ fn symlink(
             sink.found(Finding::BadSymlink { ino });
             continue;
         }
-        if let Err(other) = claims.claim_block(a, LogUse::Symlink { ino, index: k }) {
-            sink.found(Finding::BadSymlink { ino });
-            sink.error(
-                NAME,
-                format!("inode {ino}: symlink block {k} at {a} is already {other}"),
-            );
-            continue;
-        }
         let raw = match log.read(a)? {
             Ok(b) => b,
             Err(why) => {
@@ -462,7 +460,19 @@ fn symlink(
                 continue;
             }
         };
-        match decode_symlink_block(&raw, ino, k) {
+        // Claimed only once it is the block asked for (see `Walk::indirect`).
+        let decoded = decode_symlink_block(&raw, ino, k);
+        if decoded.is_ok() {
+            if let Err(other) = claims.claim_block(a, LogUse::Symlink { ino, index: k }) {
+                sink.found(Finding::BadSymlink { ino });
+                sink.error(
+                    NAME,
+                    format!("inode {ino}: symlink block {k} at {a} is already {other}"),
+                );
+                continue;
+            }
+        }
+        match decoded {
             Err(e) => {
                 sink.error(NAME, format!("inode {ino}: symlink block {k} at {a}: {e}"));
                 sink.found(Finding::BadSymlink { ino });

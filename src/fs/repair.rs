@@ -225,11 +225,6 @@ impl Fs {
         )
     }
 
-    /// Is there an entry `name` in `dir`?
-    pub(crate) fn repair_lookup(&self, dir: u64, name: &[u8]) -> Result<Option<DirValue>> {
-        self.lookup_entry(dir, name)
-    }
-
     /// A new empty directory (mode 0700, owned by root) named `name` in `parent`, with no
     /// admission control; returns its inode number. Link counts of `parent` are left to the
     /// caller (fsck sets every count at the end).
@@ -294,6 +289,44 @@ impl Fs {
         Ok(ino)
     }
 
+    /// Make the root directory (inode 1) again, empty, after fsck freed the lost one. Entries
+    /// of directory 1 still in the tree belong to it again.
+    pub(crate) fn repair_make_root(&self) -> Result<()> {
+        let ino = crate::format::ROOT_INO;
+        let generation = {
+            let t = self.tables.lock();
+            if t.ifile.entry(ino).is_some() {
+                return Err(FsError::Errno(libc::EEXIST));
+            }
+            t.ifile
+                .imap
+                .get(ino as usize)
+                .map(|e| e.generation)
+                .unwrap_or(0)
+                .wrapping_add(1)
+                .max(1)
+        };
+        let now = super::inode::to_disk_time(Timespec::now());
+        let _g = self.gate.read();
+        self.ino_alloc.lock().claim(ino);
+        let e = self.new_inode_entry(DiskInode {
+            ino,
+            generation,
+            mode: libc::S_IFDIR | 0o755,
+            nlink: 2,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            parent: ino,
+            ..Default::default()
+        });
+        let mut st = e.state.write();
+        self.mark_dirty(&e, &mut st);
+        self.push_record(Record::GroupDirs { group: 0, delta: 1 });
+        Ok(())
+    }
+
     /// Cache the indirect blocks of `e` on the path to block (`level`, `index`), that block
     /// included. False when a pointer on the way is 0 (the block is not there).
     fn repair_load_block(&self, e: &Arc<InodeEntry>, level: u8, index: u64) -> Result<bool> {
@@ -331,13 +364,11 @@ impl Fs {
                 BlockHeader::new(BlockKind::Indirect, need.level, e.ino, need.index),
             )?;
             let mut st = e.state.write();
-            st.ptrs
-                .entry((need.level, need.index))
-                .or_insert(PtrBlock {
-                    ptrs: Arc::new(ptrs),
-                    addr: need.addr,
-                    dirty: false,
-                });
+            st.ptrs.entry((need.level, need.index)).or_insert(PtrBlock {
+                ptrs: Arc::new(ptrs),
+                addr: need.addr,
+                dirty: false,
+            });
         }
     }
 }
