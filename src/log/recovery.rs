@@ -178,6 +178,25 @@ pub fn roll_forward_limited(
     report: &mut RecoveryReport,
 ) -> Result<LogHead> {
     *report = RecoveryReport::default();
+    // The checkpoint says where the log goes on; a lie there must not index the usage table
+    // out of range (the checksum only proves the checkpoint was written, not that it is sane).
+    let head_seg = sb.segment_of(cp.log_head);
+    if head_seg == 0
+        || head_seg >= sb.segments
+        || cp.log_head < sb.segment_start(head_seg)
+        || sb.segment_end(head_seg) - cp.log_head < 2
+        || cp.next_segment == 0
+        || cp.next_segment >= sb.segments
+        || cp.next_segment == head_seg
+    {
+        return Err(FsError::corrupt(
+            "checkpoint",
+            format!(
+                "checkpoint {}: log head {} / next segment {} is not where a log can continue",
+                cp.serial, cp.log_head, cp.next_segment
+            ),
+        ));
+    }
     let mut committed = LogHead {
         addr: cp.log_head,
         next_segment: cp.next_segment,
