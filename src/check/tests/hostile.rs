@@ -557,3 +557,21 @@ fn checkpoint_naming_a_segment_outside_the_log() {
         assert!(!r.is_clean());
     }
 }
+
+/// A block pointer past the data device was multiplied into a device offset: reading the
+/// file panicked (overflow). It is EIO now, and the rest of the file system still reads.
+#[test]
+fn pointer_past_the_data_device_is_eio() {
+    use super::damage::rewrite_inode;
+    let img = super::clean::workload_image();
+    let (five, double) = (img.ino("b/five-moved"), img.ino("b/double"));
+    rewrite_inode(&img, five, |d| d.direct[1] = u64::MAX / 3);
+    let fs = Fs::mount(img.meta.clone(), img.data.clone(), quiet_mount_options()).unwrap();
+    assert!(fs.getattr(five).is_ok());
+    assert!(fs.read(five, 0, 0, 3 * BS as u32).is_err());
+    assert_eq!(fs.read(five, 0, 0, 100).unwrap().len(), 100, "block 0 is fine");
+    assert_eq!(fs.read(double, 0, 0, 8192).unwrap().len(), 8192);
+    // Reads at the far end of the largest offsets do not overflow either.
+    assert!(fs.read(double, 0, u64::MAX - 10, 4096).unwrap().is_empty());
+    fs.unmount().unwrap();
+}
