@@ -575,3 +575,19 @@ fn pointer_past_the_data_device_is_eio() {
     assert!(fs.read(double, 0, u64::MAX - 10, 4096).unwrap().is_empty());
     fs.unmount().unwrap();
 }
+
+/// getattr multiplied i_blocks (and a directory's i_size) from disk without a bound: a huge
+/// value in an inode with a valid CRC panicked (overflow) on stat.
+#[test]
+fn huge_counts_in_an_inode_do_not_overflow_stat() {
+    use super::damage::rewrite_inode;
+    let img = super::clean::workload_image();
+    let (a, double) = (img.ino("a"), img.ino("b/double"));
+    rewrite_inode(&img, a, |d| d.size = u64::MAX);
+    rewrite_inode(&img, double, |d| d.blocks = u64::MAX);
+    let fs = Fs::mount(img.meta.clone(), img.data.clone(), quiet_mount_options()).unwrap();
+    assert_eq!(fs.getattr(double).unwrap().blocks, u64::MAX);
+    assert!(fs.getattr(a).unwrap().size > 0);
+    assert!(fs.lookup(ROOT, b"a").is_ok());
+    fs.unmount().unwrap();
+}
