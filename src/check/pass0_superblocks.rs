@@ -86,6 +86,8 @@ pub fn run(
     }
 
     // Superblock copies: identical to the primary, byte for byte.
+    let mut same = 0usize;
+    let mut differing: Vec<(u64, Vec<u8>)> = Vec::new();
     for &seg in &sb.copy_segments {
         let addr = seg.saturating_mul(sb.segment_blocks as u64);
         let raw = match read_raw(meta, addr.saturating_mul(bs))? {
@@ -100,9 +102,10 @@ pub fn run(
             }
         };
         if raw == primary {
+            same += 1;
             continue;
         }
-        sink.found(Finding::SuperblockCopy { segment: seg });
+        differing.push((seg, raw.clone()));
         match Superblock::decode(&raw) {
             Err(e) => sink.error(
                 NAME,
@@ -114,7 +117,41 @@ pub fn run(
             ),
         }
     }
+    judge_copies(sink, same, &differing);
     Ok(Some(Arc::new(sb)))
+}
+
+/// Which one lies, the primary or the copies that differ from it? Copies that are sound
+/// superblocks of their own and agree with each other, outnumbering the copies equal to the
+/// primary, make the primary the suspect (it is replaced by a copy). Otherwise the differing
+/// copies are rewritten, except where a log block sits: the primary's copy list might be the
+/// liar, and a rewrite there could destroy live metadata.
+fn judge_copies(sink: &mut Sink, same: usize, differing: &[(u64, Vec<u8>)]) {
+    let sound: Vec<&Vec<u8>> = differing
+        .iter()
+        .map(|(_, raw)| raw)
+        .filter(|raw| Superblock::decode(raw).is_ok_and(|c| c.role == Role::Meta))
+        .collect();
+    let most_agreeing = sound
+        .iter()
+        .map(|a| sound.iter().filter(|b| a == *b).count())
+        .max()
+        .unwrap_or(0);
+    if most_agreeing > same {
+        sink.found(Finding::PrimarySuperblock);
+        return;
+    }
+    for (seg, raw) in differing {
+        let log_block = matches!(
+            crate::format::get_u32(raw, 0),
+            crate::format::header::BLOCK_MAGIC | crate::format::summary::SS_MAGIC
+        );
+        if log_block && same == 0 {
+            sink.found(Finding::PrimarySuperblock);
+        } else {
+            sink.found(Finding::SuperblockCopy { segment: *seg });
+        }
+    }
 }
 
 /// The data device's superblock: decodes, says "data", and pairs with the metadata one.

@@ -344,9 +344,12 @@ pub fn plan(findings: &[Finding], state: Option<&State>, policy: &Policy) -> Pla
             &mut p,
             FixClass::RestoreSuperblock,
             RawFix::RestorePrimary,
-            "the metadata superblock is unusable: restored from a copy in the log".into(),
+            "the metadata superblock is unusable or disagrees with its copies: replaced by a copy \
+             from the log"
+                .into(),
         );
     }
+    let primary_suspect = has(&Finding::PrimarySuperblock);
     let mut copies: Vec<u64> = findings
         .iter()
         .filter_map(|f| match f {
@@ -356,6 +359,9 @@ pub fn plan(findings: &[Finding], state: Option<&State>, policy: &Policy) -> Pla
         .collect();
     copies.sort_unstable();
     copies.dedup();
+    if primary_suspect {
+        copies.clear(); // the restored primary decides what the copies must be
+    }
     for segment in copies {
         add_raw(
             &mut p,

@@ -19,7 +19,10 @@ pub fn apply(meta: &dyn BlockDevice, data: &dyn BlockDevice, fix: &RawFix) -> Re
                 .and_then(|a| a.checked_mul(bs))
                 .filter(|&off| off.checked_add(bs).is_some_and(|e| e <= meta.size()))
                 .ok_or_else(|| FsError::corrupt("superblock", "copy outside the device"))?;
-            meta.write_at(&block(&sb, bs), addr)?;
+            // The copy is the primary's block, byte for byte (not re-encoded).
+            let mut raw = vec![0u8; bs as usize];
+            meta.read_at(&mut raw, 0)?;
+            meta.write_at(&raw, addr)?;
             meta.flush()?;
             Ok(())
         }
@@ -39,6 +42,11 @@ pub fn apply(meta: &dyn BlockDevice, data: &dyn BlockDevice, fix: &RawFix) -> Re
             Ok(())
         }
         RawFix::RestorePrimary => {
+            if let Some(raw) = majority_copy(meta)? {
+                meta.write_at(&raw, 0)?;
+                meta.flush()?;
+                return Ok(());
+            }
             let sb = find_copy(meta)?.ok_or_else(|| {
                 FsError::corrupt(
                     "superblock",
@@ -51,6 +59,37 @@ pub fn apply(meta: &dyn BlockDevice, data: &dyn BlockDevice, fix: &RawFix) -> Re
             Ok(())
         }
     }
+}
+
+/// When the primary decodes: the block most of the copies it lists agree on (sound metadata
+/// superblocks only), if that is not the primary itself.
+fn majority_copy(meta: &dyn BlockDevice) -> Result<Option<Vec<u8>>> {
+    let Ok(sb) = primary(meta) else {
+        return Ok(None);
+    };
+    let bs = sb.block_size as u64;
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    for &seg in &sb.copy_segments {
+        let Some(off) = seg
+            .checked_mul(sb.segment_blocks as u64)
+            .and_then(|a| a.checked_mul(bs))
+            .filter(|&o| o.checked_add(bs).is_some_and(|e| e <= meta.size()))
+        else {
+            continue;
+        };
+        let mut raw = vec![0u8; bs as usize];
+        meta.read_at(&mut raw, off)?;
+        if Superblock::decode(&raw).is_ok_and(|c| c.role == Role::Meta) {
+            found.push(raw);
+        }
+    }
+    let mut primary_raw = vec![0u8; bs as usize];
+    meta.read_at(&mut primary_raw, 0)?;
+    let best = found
+        .iter()
+        .max_by_key(|a| found.iter().filter(|b| a == b).count())
+        .cloned();
+    Ok(best.filter(|b| *b != primary_raw))
 }
 
 fn block(sb: &Superblock, bs: u64) -> Vec<u8> {

@@ -23,6 +23,14 @@ use std::time::{Duration, Instant};
 const PER_IMAGE: Duration = Duration::from_secs(60);
 const IMAGES: u64 = 1000;
 
+/// `DUALFS_HOSTILE_IMAGES=N` runs N images instead (to hunt further).
+fn images() -> u64 {
+    std::env::var("DUALFS_HOSTILE_IMAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(IMAGES)
+}
+
 /// Blocks of each base worth damaging most: the live ones, and the summaries roll-forward
 /// reads.
 struct Targets {
@@ -65,7 +73,12 @@ fn bases() -> &'static [(Vec<u8>, Vec<u8>); 2] {
             let a = fs.mkdir(&U, ROOT, b"a", 0o755).unwrap().ino;
             let b = fs.mkdir(&U, a, b"b", 0o755).unwrap().ino;
             for i in 0..20u64 {
-                file(fs, b, format!("f{i}").as_bytes(), &[(0, (i * 300) as usize)]);
+                file(
+                    fs,
+                    b,
+                    format!("f{i}").as_bytes(),
+                    &[(0, (i * 300) as usize)],
+                );
             }
             let big = file(fs, a, b"big", &[(0, 600 * BS as usize)]);
             file(fs, ROOT, b"sparse", &[(3000 * BS, 10)]);
@@ -78,9 +91,7 @@ fn bases() -> &'static [(Vec<u8>, Vec<u8>); 2] {
             for i in (0..20u64).step_by(3) {
                 fs.unlink(&U, b, format!("f{i}").as_bytes()).unwrap();
             }
-            let (o, fh) = fs
-                .create(&U, ROOT, b"open", 0o644, libc::O_RDWR)
-                .unwrap();
+            let (o, fh) = fs.create(&U, ROOT, b"open", 0o644, libc::O_RDWR).unwrap();
             fs.write(o.ino, fh, 0, &[1u8; 5000]).unwrap();
             fs.unlink(&U, ROOT, b"open").unwrap();
         };
@@ -98,10 +109,7 @@ fn bases() -> &'static [(Vec<u8>, Vec<u8>); 2] {
         fs.fsync(ROOT, false).unwrap();
         let snap = (crashed.meta.snapshot(), crashed.data.snapshot());
         fs.unmount().unwrap();
-        [
-            (clean.meta.snapshot(), clean.data.snapshot()),
-            snap,
-        ]
+        [(clean.meta.snapshot(), clean.data.snapshot()), snap]
     })
 }
 
@@ -235,8 +243,7 @@ fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
                         let i = rng.gen_range(0..s.descriptors.len());
                         let kinds = [1u8, 2, 3, 4, 5, 6];
                         let k = kinds[rng.gen_range(0..kinds.len())];
-                        s.descriptors[i].kind =
-                            crate::format::BlockKind::from_u8(k).unwrap();
+                        s.descriptors[i].kind = crate::format::BlockKind::from_u8(k).unwrap();
                         what.push(format!("descriptor {i} kind {k}"));
                     }
                     1 if !s.descriptors.is_empty() => {
@@ -335,9 +342,15 @@ fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
                         continue;
                     }
                     let slot = rng.gen_range(1..bs / INODE_SIZE);
-                    let offs = [0usize, 8, 12, 24, 32, 40, 96, 108, 112, 120, 200, 208, 216, 224, 232];
+                    let offs = [
+                        0usize, 8, 12, 24, 32, 40, 96, 108, 112, 120, 200, 208, 216, 224, 232,
+                    ];
                     let off = offs[rng.gen_range(0..offs.len())];
-                    let width = if [8, 12, 24, 108].contains(&off) { 4 } else { 8 };
+                    let width = if [8, 12, 24, 108].contains(&off) {
+                        4
+                    } else {
+                        8
+                    };
                     let v = if off == 12 {
                         let types = [libc::S_IFREG, libc::S_IFDIR, libc::S_IFLNK, libc::S_IFIFO];
                         (types[rng.gen_range(0..types.len())] | 0o644) as u64
@@ -350,7 +363,11 @@ fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
                     what.push(format!("slot {slot} offset {off}"));
                 } else {
                     let off = HEADER_SIZE + 8 * rng.gen_range(0..(bs - HEADER_SIZE) / 8);
-                    let off = if rng.gen_bool(0.5) { off } else { HEADER_SIZE + rng.gen_range(0..16) };
+                    let off = if rng.gen_bool(0.5) {
+                        off
+                    } else {
+                        HEADER_SIZE + rng.gen_range(0..16)
+                    };
                     let width = [1usize, 2, 4, 8][rng.gen_range(0..4)];
                     put(b, off, width, interesting(&mut rng, nblocks));
                     what.push(format!("offset {off}"));
@@ -372,10 +389,18 @@ fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
         }
         12 => {
             // A superblock that lies (primary or the data device's).
-            let dev = if rng.gen_bool(0.7) { &mut meta } else { &mut data };
+            let dev = if rng.gen_bool(0.7) {
+                &mut meta
+            } else {
+                &mut data
+            };
             let offs = [36usize, 40, 48, 56, 60, 64, 72, 80, 136, 144, 152, 208];
             let off = offs[rng.gen_range(0..offs.len())];
-            let width = if [36, 56, 60, 136].contains(&off) { 4 } else { 8 };
+            let width = if [36, 56, 60, 136].contains(&off) {
+                4
+            } else {
+                8
+            };
             put(dev, off, width, interesting(&mut rng, nblocks));
             seal_crc(&mut dev[..4096], 12);
             format!("superblock field at {off} lies")
@@ -411,7 +436,9 @@ fn walk(fs: &Fs) {
                 return;
             }
             let _ = fs.lookup(dir, &e.name);
-            let Ok(attr) = fs.getattr(e.ino) else { continue };
+            let Ok(attr) = fs.getattr(e.ino) else {
+                continue;
+            };
             match attr.kind {
                 FileKind::Directory if dirs.len() < 200 => dirs.push(e.ino),
                 FileKind::Regular => {
@@ -503,7 +530,8 @@ fn a_thousand_damaged_images_never_panic_hang_or_get_written_by_the_checker() {
     let mut failures = Vec::new();
     let mut slowest = (Duration::ZERO, 0);
     let (mut clean, mut mounted) = (0, 0);
-    for seed in 0..IMAGES {
+    let images = images();
+    for seed in 0..images {
         let (meta, data, what) = damage(seed);
         let t = Instant::now();
         let r = bounded(move || one(meta, data), PER_IMAGE).and_then(|r| r);
@@ -518,7 +546,7 @@ fn a_thousand_damaged_images_never_panic_hang_or_get_written_by_the_checker() {
     }
     std::panic::set_hook(hook);
     eprintln!(
-        "{IMAGES} damaged images in {:?}: {clean} checked clean (damage to dead blocks), \
+        "{images} damaged images in {:?}: {clean} checked clean (damage to dead blocks), \
          {mounted} mounted; slowest {:?} (seed {})",
         started.elapsed(),
         slowest.0,
@@ -526,8 +554,99 @@ fn a_thousand_damaged_images_never_panic_hang_or_get_written_by_the_checker() {
     );
     assert!(
         failures.is_empty(),
-        "{} of {IMAGES} images failed:\n{}",
+        "{} of {images} images failed:\n{}",
         failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Repair one damaged image with every repair allowed: no panic; a repair that says it left
+/// the file system clean leaves one that checks clean and mounts; an image that mounted
+/// before still mounts after (a repair never makes things worse).
+fn repair_one(meta: Vec<u8>, data: Vec<u8>) -> Result<bool, String> {
+    use crate::check::repair::{repair, Policy, RepairOptions};
+    let mounts = |m: &Arc<MemDevice>, d: &Arc<MemDevice>| {
+        let copy = |x: &Arc<MemDevice>| Arc::new(MemDevice::from_bytes(x.snapshot()));
+        let (m, d): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = (copy(m), copy(d));
+        match Fs::mount(m, d, quiet_mount_options()) {
+            Ok(fs) => {
+                walk(&fs);
+                let _ = fs.unmount();
+                true
+            }
+            Err(_) => false,
+        }
+    };
+    let meta = Arc::new(MemDevice::from_bytes(meta));
+    let data = Arc::new(MemDevice::from_bytes(data));
+    let mounted_before = catch_unwind(AssertUnwindSafe(|| mounts(&meta, &data)))
+        .map_err(|p| format!("mount panicked: {}", panic_text(&p)))?;
+    let (m, d): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = (meta.clone(), data.clone());
+    let opts = RepairOptions {
+        policy: Policy::all(),
+        ..RepairOptions::default()
+    };
+    let out = catch_unwind(AssertUnwindSafe(|| repair(&m, &d, &opts, &mut |_| false)))
+        .map_err(|p| format!("the repair panicked: {}", panic_text(&p)))?
+        .map_err(|e| format!("the repair failed (memory devices never do): {e}"))?;
+    let again = check(&*meta, &*data).map_err(|e| e.to_string())?;
+    if out.last.is_clean() && !again.is_clean() {
+        return Err(format!("repaired, yet a second check finds:\n{again}"));
+    }
+    let mounted_after = catch_unwind(AssertUnwindSafe(|| mounts(&meta, &data)))
+        .map_err(|p| format!("mount after the repair panicked: {}", panic_text(&p)))?;
+    if out.last.is_clean() && !mounted_after {
+        return Err("repaired clean, but it does not mount".into());
+    }
+    if mounted_before && !mounted_after {
+        return Err(format!(
+            "it mounted before the repair and not after; repairs: {:#?}",
+            out.done
+        ));
+    }
+    if !out.last.is_clean() && std::env::var("DUALFS_HOSTILE_VERBOSE").is_ok() {
+        let first = out
+            .last
+            .errors()
+            .next()
+            .map(|p| format!("[{}] {}", p.pass, p.message));
+        eprintln!("LEFT {:?} | {:?}", first, out.uncorrectable.first());
+    }
+    Ok(out.last.is_clean())
+}
+
+#[test]
+fn repairs_of_damaged_images_never_panic_hang_or_make_things_worse() {
+    bases();
+    let count = images() / 3;
+    let hook = std::panic::take_hook();
+    if only_seed().is_none() {
+        std::panic::set_hook(Box::new(|_| {}));
+    }
+    let started = Instant::now();
+    let (mut failures, mut repaired) = (Vec::new(), 0);
+    let seeds: Vec<u64> = match only_seed() {
+        Some(s) => vec![s],
+        None => (0..count).map(|i| 7919 * i + 1).collect(),
+    };
+    for &seed in &seeds {
+        let (meta, data, what) = damage(seed);
+        match bounded(move || repair_one(meta, data), PER_IMAGE).and_then(|r| r) {
+            Ok(clean) => repaired += clean as u32,
+            Err(e) => failures.push(format!("seed {seed} ({what}): {e}")),
+        }
+    }
+    std::panic::set_hook(hook);
+    eprintln!(
+        "{} damaged images repaired in {:?}: {repaired} clean afterwards",
+        seeds.len(),
+        started.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} repairs failed:\n{}",
+        failures.len(),
+        seeds.len(),
         failures.join("\n")
     );
 }
@@ -542,13 +661,15 @@ fn checkpoint_naming_a_segment_outside_the_log() {
     for lie in 0..3 {
         let img = super::clean::workload_image();
         let cp = layout(&img).cp;
-        rewrite_checkpoint(&img, crate::format::checkpoint::Checkpoint::region(cp.serial), |c| {
-            match lie {
+        rewrite_checkpoint(
+            &img,
+            crate::format::checkpoint::Checkpoint::region(cp.serial),
+            |c| match lie {
                 0 => c.next_segment = 1023,
                 1 => c.log_head = u64::MAX / 2,
                 _ => c.next_segment = img.superblock().segment_of(c.log_head),
-            }
-        });
+            },
+        );
         let e = Fs::mount(img.meta.clone(), img.data.clone(), quiet_mount_options())
             .err()
             .expect("mount refuses");
@@ -569,7 +690,11 @@ fn pointer_past_the_data_device_is_eio() {
     let fs = Fs::mount(img.meta.clone(), img.data.clone(), quiet_mount_options()).unwrap();
     assert!(fs.getattr(five).is_ok());
     assert!(fs.read(five, 0, 0, 3 * BS as u32).is_err());
-    assert_eq!(fs.read(five, 0, 0, 100).unwrap().len(), 100, "block 0 is fine");
+    assert_eq!(
+        fs.read(five, 0, 0, 100).unwrap().len(),
+        100,
+        "block 0 is fine"
+    );
     assert_eq!(fs.read(double, 0, 0, 8192).unwrap().len(), 8192);
     // Reads at the far end of the largest offsets do not overflow either.
     assert!(fs.read(double, 0, u64::MAX - 10, 4096).unwrap().is_empty());

@@ -7,6 +7,7 @@ mod clean;
 mod corruption;
 mod crashes;
 mod damage;
+mod hostile;
 mod repair;
 mod robustness;
 

@@ -657,7 +657,45 @@ fn primary_superblock_is_restored_from_a_copy() {
         .iter()
         .any(|(c, _)| *c == FixClass::RestoreSuperblock));
     let (out, _) = repaired(&img);
-    assert_done(&out, "restored from a copy");
+    assert_done(&out, "replaced by a copy from the log");
+}
+
+#[test]
+fn primary_superblock_that_lies_about_its_copies() {
+    // The primary names a copy where the log lives: the copies outvote it, and nothing is
+    // written over the log.
+    let img = workload_image();
+    let mut sb = img.superblock();
+    let l = layout(&img);
+    let live_seg = l.sb.segment_of(l.cp.log_head);
+    sb.copy_segments[0] = live_seg;
+    let mut b = sb.encode();
+    b.resize(4096, 0);
+    write_block(&img, 0, &b);
+    let before = read_block(&img, live_seg * sb.segment_blocks as u64);
+    let (out, _) = repaired(&img);
+    assert_done(&out, "replaced by a copy from the log");
+    assert_eq!(
+        read_block(&img, live_seg * sb.segment_blocks as u64),
+        before
+    );
+}
+
+#[test]
+fn one_copy_that_says_something_else_is_rewritten() {
+    let img = workload_image();
+    let sb = img.superblock();
+    let copy = sb.copy_segments[0] * sb.segment_blocks as u64;
+    let other = crate::format::superblock::Superblock {
+        label: "other".into(),
+        ..sb.clone()
+    };
+    let mut b = other.encode();
+    b.resize(4096, 0);
+    write_block(&img, copy, &b);
+    let (out, _) = repaired(&img);
+    assert_done(&out, "rewritten from the primary");
+    assert_eq!(img.superblock().label, sb.label);
 }
 
 #[test]
