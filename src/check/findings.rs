@@ -58,6 +58,10 @@ pub enum Finding {
     /// The bitmap file could not be loaded as written; the check went on with one rebuilt
     /// from what the files use.
     BitmapFile,
+    /// The tables of checkpoint `newest` cannot be loaded; the check used the one before.
+    OlderCheckpoint {
+        newest: u64,
+    },
     /// Roll-forward fails at a transaction after `applied` good ones: the log is cut there.
     RollForward {
         applied: u64,

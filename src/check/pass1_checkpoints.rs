@@ -82,7 +82,7 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
             _ => None,
         })
         .max_by_key(|(_, cp)| cp.serial);
-    let Some((newest_region, cp)) = newest else {
+    let Some((newest_region, mut cp)) = newest else {
         let why: Vec<String> = regions
             .iter()
             .map(|(r, s)| match s {
@@ -152,55 +152,7 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
         ),
     }
 
-    // Where the log continues: roll-forward indexes the usage table by these segments. An
-    // unusable head leaves the log after the checkpoint unreachable: the check covers the
-    // state at the checkpoint, and the log goes on in a fresh segment (as a repair does).
-    let head_seg = log.segment_of(cp.log_head);
-    let mut head_ok = true;
-    if head_seg == 0 || head_seg >= sb.segments {
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: log head {} is outside the log (whatever was written after the \
-                 checkpoint cannot be found)",
-                cp.serial, cp.log_head
-            ),
-        );
-        head_ok = false;
-    } else if cp.log_head < sb.segment_start(head_seg) || sb.segment_end(head_seg) - cp.log_head < 2
-    {
-        // The writer leaves a segment once fewer than 2 blocks remain, and skips a superblock copy.
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: log head {} is not a place a partial segment can start",
-                cp.serial, cp.log_head
-            ),
-        );
-        head_ok = false;
-    }
-    if cp.next_segment == 0 || cp.next_segment >= sb.segments {
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: next segment {} is outside the log",
-                cp.serial, cp.next_segment
-            ),
-        );
-        head_ok = false;
-    } else if cp.next_segment == head_seg {
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: the log continues in segment {head_seg}, the segment it is in",
-                cp.serial
-            ),
-        );
-        head_ok = false;
-    }
-    if !head_ok {
-        sink.found(Finding::LogHead);
-    }
+    let mut head_ok = check_head(sink, &sb, &cp);
     if cp.next_node_id < 2 {
         sink.error(
             NAME,
@@ -230,15 +182,44 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
                     t
                 }
                 None => {
+                    // The previous checkpoint, if it is still there, is a consistent state.
+                    let older = match other {
+                        Region::Valid(o) if o.serial < cp.serial => Some((**o).clone()),
+                        _ => None,
+                    };
+                    let loaded = match &older {
+                        Some(o) => match load_tables(&sb, log.device(), o) {
+                            Ok(t) => Some(t),
+                            Err(_) => load_tables_lenient(log, o)?,
+                        },
+                        None => None,
+                    };
+                    let (Some(o), Some(t)) = (older, loaded) else {
+                        sink.error(
+                            NAME,
+                            format!(
+                                "the tables of checkpoint {} cannot be loaded ({why}); nothing \
+                                 more can be checked",
+                                cp.serial
+                            ),
+                        );
+                        return Ok(None);
+                    };
                     sink.error(
                         NAME,
                         format!(
-                            "the tables of checkpoint {} cannot be loaded ({why}); nothing more \
-                             can be checked",
-                            cp.serial
+                            "the tables of checkpoint {} cannot be loaded ({why}); the check goes \
+                             on from the previous checkpoint, {} (mount fails until a repair \
+                             goes back to it)",
+                            cp.serial, o.serial
                         ),
                     );
-                    return Ok(None);
+                    sink.found(Finding::OlderCheckpoint { newest: cp.serial });
+                    sink.stats.checkpoint_serial = o.serial;
+                    sink.stats.checkpoint_clean = o.is_clean();
+                    head_ok = check_head(sink, &sb, &o);
+                    cp = o;
+                    t
                 }
             }
         }
@@ -271,7 +252,7 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
             ),
         );
     }
-    for seg in [head_seg, cp.next_segment] {
+    for seg in [sb.segment_of(cp.log_head), cp.next_segment] {
         let flags = tables.ifile.usage.get(seg as usize).map_or(0, |u| u.flags);
         if flags & SEG_ACTIVE == 0 && head_ok {
             sink.found(Finding::SegmentUsage);
@@ -396,6 +377,61 @@ fn report_roll_forward(sink: &mut Sink, cp: &Checkpoint, rep: &RecoveryReport) {
         );
     }
     sink.note(|| format!("roll-forward stopped: {}", rep.stop_reason));
+}
+
+/// The checkpoint's log head and next segment can be where the log continues (errors
+/// reported otherwise).
+fn check_head(sink: &mut Sink, sb: &Superblock, cp: &Checkpoint) -> bool {
+    // Where the log continues: roll-forward indexes the usage table by these segments. An
+    // unusable head leaves the log after the checkpoint unreachable: the check covers the
+    // state at the checkpoint, and the log goes on in a fresh segment (as a repair does).
+    let head_seg = sb.segment_of(cp.log_head);
+    let mut head_ok = true;
+    if head_seg == 0 || head_seg >= sb.segments {
+        sink.error(
+            NAME,
+            format!(
+                "checkpoint {}: log head {} is outside the log (whatever was written after the \
+                 checkpoint cannot be found)",
+                cp.serial, cp.log_head
+            ),
+        );
+        head_ok = false;
+    } else if cp.log_head < sb.segment_start(head_seg) || sb.segment_end(head_seg) - cp.log_head < 2
+    {
+        // The writer leaves a segment once fewer than 2 blocks remain, and skips a superblock copy.
+        sink.error(
+            NAME,
+            format!(
+                "checkpoint {}: log head {} is not a place a partial segment can start",
+                cp.serial, cp.log_head
+            ),
+        );
+        head_ok = false;
+    }
+    if cp.next_segment == 0 || cp.next_segment >= sb.segments {
+        sink.error(
+            NAME,
+            format!(
+                "checkpoint {}: next segment {} is outside the log",
+                cp.serial, cp.next_segment
+            ),
+        );
+        head_ok = false;
+    } else if cp.next_segment == head_seg {
+        sink.error(
+            NAME,
+            format!(
+                "checkpoint {}: the log continues in segment {head_seg}, the segment it is in",
+                cp.serial
+            ),
+        );
+        head_ok = false;
+    }
+    if !head_ok {
+        sink.found(Finding::LogHead);
+    }
+    head_ok
 }
 
 /// Where the log continues when the checkpoint's head cannot be used: the start of a clean

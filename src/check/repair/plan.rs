@@ -18,6 +18,8 @@ pub enum FixClass {
     SuperblockCopies,
     /// Replace the primary superblock with a copy, or rebuild an unreadable data superblock.
     RestoreSuperblock,
+    /// Go back to the previous checkpoint (the newest one's tables cannot be read).
+    OlderCheckpoint,
     /// Cut the log before a transaction that cannot be applied.
     CutLog,
     /// Continue the log in a fresh segment (the checkpoint's head is unusable).
@@ -53,6 +55,7 @@ impl FixClass {
         !matches!(
             self,
             FixClass::RestoreSuperblock
+                | FixClass::OlderCheckpoint
                 | FixClass::CutLog
                 | FixClass::NewLogHead
                 | FixClass::FreeLostInodes
@@ -69,6 +72,10 @@ impl FixClass {
             FixClass::RestoreSuperblock => {
                 "Replace a damaged superblock (the primary from a copy, or the data device's \
                  from the metadata device's)"
+            }
+            FixClass::OlderCheckpoint => {
+                "Go back to the previous checkpoint, whose tables can be read (what was written \
+                 after the newest checkpoint is lost)"
             }
             FixClass::CutLog => {
                 "Cut the log before the transaction that cannot be applied (what follows is lost)"
@@ -138,9 +145,10 @@ impl Policy {
     }
 }
 
-pub const ALL: [FixClass; 14] = [
+pub const ALL: [FixClass; 15] = [
     FixClass::SuperblockCopies,
     FixClass::RestoreSuperblock,
+    FixClass::OlderCheckpoint,
     FixClass::CutLog,
     FixClass::NewLogHead,
     FixClass::FreeLostInodes,
@@ -192,6 +200,11 @@ pub enum TableFix {
     NewHead,
     /// The state loaded already stops before the failing transaction.
     CutLog,
+    /// The state loaded is the previous checkpoint's; checkpoints from now on must be
+    /// numbered past `newest` (the one whose tables are lost).
+    OlderCheckpoint {
+        newest: u64,
+    },
     /// A new checkpoint (the fallback region, stale figures).
     Checkpoint,
 }
@@ -415,6 +428,28 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
     };
 
     // ---- Where the log continues. Without these nothing may be written at all.
+    if let Some(newest) = findings.iter().find_map(|f| match f {
+        Finding::OlderCheckpoint { newest } => Some(*newest),
+        _ => None,
+    }) {
+        let m = format!(
+            "the tables of checkpoint {newest} cannot be read: the file system goes back to \
+             checkpoint {} (and the log after it)",
+            state.loaded.cp.serial
+        );
+        if !want(FixClass::OlderCheckpoint, m.clone()) {
+            p.declined.append(&mut declined);
+            p.uncorrectable.push(
+                "nothing can be written while the newest checkpoint's tables cannot be read".into(),
+            );
+            return;
+        }
+        tables.push(Planned {
+            class: FixClass::OlderCheckpoint,
+            fix: TableFix::OlderCheckpoint { newest },
+            message: m,
+        });
+    }
     if let Some(applied) = findings.iter().find_map(|f| match f {
         Finding::RollForward { applied } => Some(*applied),
         _ => None,

@@ -52,6 +52,14 @@ pub fn run(
     let mut t = loaded.tables;
     let mut head = loaded.head;
     let cp = loaded.cp;
+    // Going back to an older checkpoint: the session's checkpoints are numbered past the lost
+    // newest one (so the first lands in its region, never the older one's, and no log the
+    // lost one's epoch left behind can be taken for a continuation).
+    for p in &plan.tables {
+        if let TableFix::OlderCheckpoint { newest } = p.fix {
+            head.ckpt_serial = head.ckpt_serial.max(newest + 1);
+        }
+    }
     let has = |f: &TableFix| plan.tables.iter().any(|p| &p.fix == f);
 
     // ---- The inode map.
@@ -157,7 +165,10 @@ pub fn run(
         });
     }
     for p in &plan.tables {
-        if matches!(p.fix, TableFix::CutLog | TableFix::Checkpoint) {
+        if matches!(
+            p.fix,
+            TableFix::CutLog | TableFix::Checkpoint | TableFix::OlderCheckpoint { .. }
+        ) {
             out.done.push(p.message.clone());
         }
     }

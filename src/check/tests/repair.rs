@@ -613,6 +613,28 @@ fn failing_roll_forward_cuts_the_log() {
 }
 
 #[test]
+fn newest_checkpoints_tables_lost_go_back_to_the_previous_one() {
+    let img = workload_image();
+    let l = layout(&img);
+    // IFile block 1 (segment usage) of the newest checkpoint: its CRC broken.
+    let addr = l.tables.ifile.file.blocks[1];
+    let mut b = read_block(&img, addr);
+    b[100] ^= 0xff;
+    write_block(&img, addr, &b);
+    assert!(Fs::mount(img.meta.clone(), img.data.clone(), MountOptions::default()).is_err());
+    let out = run_repair(&img, Policy::safe());
+    assert!(out
+        .declined
+        .iter()
+        .any(|(c, _)| *c == FixClass::OlderCheckpoint));
+    let (out, _) = repaired(&img);
+    assert_done(&out, "goes back to checkpoint");
+    // The region of the lost checkpoint was written anew; the older one stands beside it.
+    let now = layout(&img).cp.serial;
+    assert!(now > l.cp.serial, "{now} <= {}", l.cp.serial);
+}
+
+#[test]
 fn unusable_log_head() {
     let img = workload_image();
     let newest = layout(&img).cp.serial;
