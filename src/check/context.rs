@@ -106,6 +106,38 @@ impl Sink {
         }
     }
 
+    /// A sink for work done on another thread (same options, no progress reports), to be
+    /// merged back with `absorb`.
+    pub fn side(&self) -> Sink {
+        Sink {
+            verbose: self.verbose,
+            problems: Vec::new(),
+            listed: HashMap::new(),
+            unlisted: BTreeMap::new(),
+            notes: Vec::new(),
+            stats: Stats::default(),
+            findings: Vec::new(),
+            progress: None,
+        }
+    }
+
+    /// Take in what a side sink collected (problems, notes, findings; `stats` merges the
+    /// fields the side work sets: tree nodes and entries).
+    pub fn absorb(&mut self, side: Sink) {
+        for p in side.problems {
+            self.add(p.severity, p.pass, p.message);
+        }
+        for (pass, (e, w)) in side.unlisted {
+            let u = self.unlisted.entry(pass).or_insert((0, 0));
+            u.0 += e;
+            u.1 += w;
+        }
+        self.notes.extend(side.notes);
+        self.findings.extend(side.findings);
+        self.stats.tree_nodes += side.stats.tree_nodes;
+        self.stats.entries += side.stats.entries;
+    }
+
     /// Record what a repair can act on.
     pub fn found(&mut self, f: Finding) {
         self.findings.push(f);
@@ -262,6 +294,53 @@ impl<'a> LogReader<'a> {
             return Ok(Err(why));
         }
         self.read_any(addr)
+    }
+
+    /// Log blocks `addrs` (ascending), each handed to `f` with its bytes or why it has none.
+    /// Nearby blocks are read together, in runs of up to `MAX_RUN` blocks: a check reads the
+    /// log in large sequential pieces instead of one system call per block.
+    pub fn read_sorted(
+        &self,
+        addrs: &[u64],
+        f: &mut dyn FnMut(u64, std::result::Result<&[u8], String>) -> Result<()>,
+    ) -> Result<()> {
+        const MAX_RUN: u64 = 256;
+        const MAX_GAP: u64 = 8;
+        let bs = self.block_size() as usize;
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < addrs.len() {
+            let first = addrs[i];
+            if let Some(why) = self.bad_address(first) {
+                f(first, Err(why))?;
+                i += 1;
+                continue;
+            }
+            // Extend the run over the next good addresses that are close enough.
+            let mut j = i + 1;
+            let mut last = first;
+            while j < addrs.len() {
+                let a = addrs[j];
+                if a < last
+                    || a - last > MAX_GAP
+                    || a - first >= MAX_RUN
+                    || self.bad_address(a).is_some()
+                {
+                    break;
+                }
+                last = a;
+                j += 1;
+            }
+            let n = (last - first + 1) as usize;
+            buf.resize(n * bs, 0);
+            self.dev.read_at(&mut buf, first * bs as u64)?;
+            for &a in &addrs[i..j] {
+                let off = (a - first) as usize * bs;
+                f(a, Ok(&buf[off..off + bs]))?;
+            }
+            i = j;
+        }
+        Ok(())
     }
 }
 

@@ -262,6 +262,14 @@ pub(crate) fn run(
         }
     };
 
+    let started = std::time::Instant::now();
+    let mut lap = started;
+    let mut timed = |sink: &mut Sink, pass: &str| {
+        let now = std::time::Instant::now();
+        let took = now - lap;
+        lap = now;
+        sink.note(|| format!("pass {pass} took {:.1} ms", took.as_secs_f64() * 1e3));
+    };
     sink.progress(0, pass0_superblocks::NAME, 0, 1);
     let Some(sb) = pass0_superblocks::run(&mut sink, &meta, data)? else {
         return Ok(outcome(sink, live_log_blocks, None));
@@ -273,19 +281,55 @@ pub(crate) fn run(
             .map(|&s| s.saturating_mul(sb.segment_blocks as u64)),
     );
     let log = LogReader::new(&meta, sb.clone());
+    timed(&mut sink, "0 (superblocks)");
     let Some(loaded) = pass1_checkpoints::run(&mut sink, &log)? else {
         return Ok(outcome(sink, live_log_blocks, None));
     };
+    timed(&mut sink, "1 (checkpoints)");
+    // Pass 6 needs only the tables: it runs beside passes 2 to 5 (on a second core).
     let mut claims = Claims::default();
-    let inodes = pass2_inodes::run(&mut sink, &log, &mut claims, &loaded)?;
-    let data_use = pass3_block_maps::run(&mut sink, &log, &mut claims, &inodes)?;
-    pass4_data_bitmaps::run(&mut sink, &loaded.tables, &inodes, &data_use);
-    pass5_segment_usage::run(&mut sink, &log, &mut claims, &loaded);
+    let (inodes, data_use, namespace, tree_sink) = std::thread::scope(|scope| {
+        let mut tree_sink = sink.side();
+        let (log6, loaded6) = (&log, &loaded);
+        let tree = scope.spawn(move || {
+            let t = std::time::Instant::now();
+            let ns = pass6_tree::run(&mut tree_sink, log6, loaded6, listed);
+            let took = t.elapsed();
+            tree_sink.note(|| format!("pass 6 (tree) took {:.1} ms", took.as_secs_f64() * 1e3));
+            (ns, tree_sink)
+        });
+        let mut rest = || -> Result<_> {
+            let inodes = pass2_inodes::run(&mut sink, &log, &mut claims, &loaded)?;
+            timed(&mut sink, "2 (inodes)");
+            let data_use = pass3_block_maps::run(&mut sink, &log, &mut claims, &inodes)?;
+            timed(&mut sink, "3 (block maps)");
+            pass4_data_bitmaps::run(&mut sink, &loaded.tables, &inodes, &data_use);
+            timed(&mut sink, "4 (data bitmaps)");
+            pass5_segment_usage::run(&mut sink, &log, &mut claims, &loaded);
+            timed(&mut sink, "5 (segment usage)");
+            Ok((inodes, data_use))
+        };
+        let rest = rest();
+        let (ns, tree_sink) = match tree.join() {
+            Ok(r) => r,
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        rest.map(|(i, d)| (i, d, ns, tree_sink))
+    })?;
+    sink.absorb(tree_sink);
+    let namespace = namespace?;
     live_log_blocks.extend(claims.addresses());
-    let namespace = pass6_tree::run(&mut sink, &log, &loaded, listed)?;
+    timed(&mut sink, "6 (tree, waited for)");
     if let Some(ns) = &namespace {
         pass7_namespace::run(&mut sink, ns, &inodes);
     }
+    timed(&mut sink, "7 (namespace)");
+    sink.note(|| {
+        format!(
+            "the check took {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        )
+    });
     let state = State {
         sb,
         loaded,
