@@ -121,8 +121,7 @@ impl Sink {
         }
     }
 
-    /// Take in what a side sink collected (problems, notes, findings; `stats` merges the
-    /// fields the side work sets: tree nodes and entries).
+    /// Take in what a side sink collected (problems, notes, findings, counts).
     pub fn absorb(&mut self, side: Sink) {
         for p in side.problems {
             self.add(p.severity, p.pass, p.message);
@@ -134,8 +133,18 @@ impl Sink {
         }
         self.notes.extend(side.notes);
         self.findings.extend(side.findings);
-        self.stats.tree_nodes += side.stats.tree_nodes;
-        self.stats.entries += side.stats.entries;
+        // Side work starts from zero counts: add them all (not the checkpoint facts).
+        let (s, o) = (&mut self.stats, side.stats);
+        s.inodes += o.inodes;
+        s.directories += o.directories;
+        s.files += o.files;
+        s.symlinks += o.symlinks;
+        s.special_files += o.special_files;
+        s.orphans += o.orphans;
+        s.data_blocks_used += o.data_blocks_used;
+        s.log_blocks_live += o.log_blocks_live;
+        s.tree_nodes += o.tree_nodes;
+        s.entries += o.entries;
     }
 
     /// Record what a repair can act on.

@@ -17,7 +17,9 @@
 //! | 7 | `pass7_namespace` | entries against inodes: types, sizes, link counts, '..', reachability |
 //!
 //! Anything wrong on the devices is a [`Problem`]; `Err` is returned only when a device cannot be
-//! read. Damaged input never makes the checker panic: every address, count and index read from
+//! read. Each problem also records a [`findings::Finding`] that the repairer ([`repair`], used by
+//! fsck.dualfs -p/-y) acts on. [`Options::progress`] reports how far the check is; [`glance`]
+//! tells a cleanly unmounted file system from the superblocks and checkpoint alone. Damaged input never makes the checker panic: every address, count and index read from
 //! disk is checked before it is used, and every loop is bounded by a count verified first.
 //! When the superblock or every checkpoint is unusable the check stops there (all later passes
 //! depend on them).
