@@ -7,6 +7,7 @@
 #   bench/fsck.sh                  # the tarball of Debian's linux-source package
 #   bench/fsck.sh --tree DIR       # any directory tree instead
 #   bench/fsck.sh --keep           # keep the images (prints where they are)
+#   bench/fsck.sh --images DIR     # time again on images a --keep run left in DIR
 #
 # Needs root, /dev/fuse, loop devices, e2fsprogs; installs linux-source with apt-get if its
 # tarball is missing. Work files go to $TMPDIR (default /var/tmp): about 3 GB of sparse images
@@ -17,11 +18,13 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 
 TREE=""
 KEEP=0
+IMAGES=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --tree) TREE="$2"; shift 2 ;;
         --keep) KEEP=1; shift ;;
-        *) echo "usage: $0 [--tree DIR] [--keep]" >&2; exit 2 ;;
+        --images) IMAGES="$2"; KEEP=1; shift 2 ;;
+        *) echo "usage: $0 [--tree DIR] [--keep] [--images DIR]" >&2; exit 2 ;;
     esac
 done
 if [ "$(id -u)" != 0 ]; then
@@ -32,7 +35,11 @@ fi
 cargo build --release --locked -p dualfs -p dualfs-mkfs -p dualfs-fsck
 BIN="$CARGO_TARGET_DIR/release"
 
-WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/dualfs-fsck-bench.XXXXXX")
+if [ -n "$IMAGES" ]; then
+    WORK=$IMAGES
+else
+    WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/dualfs-fsck-bench.XXXXXX")
+fi
 LOOPS=()
 MOUNTS=()
 cleanup() {
@@ -49,57 +56,68 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# ---- The tree.
-if [ -z "$TREE" ]; then
-    TARBALL=$(ls /usr/src/linux-source-*.tar.* 2>/dev/null | sort -V | tail -1 || true)
-    if [ -z "$TARBALL" ]; then
-        echo "== installing Debian's linux-source package"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source >/dev/null
-        TARBALL=$(ls /usr/src/linux-source-*.tar.* | sort -V | tail -1)
-    fi
-    echo "== unpacking $TARBALL"
-    mkdir -p "$WORK/src"
-    tar -xf "$TARBALL" -C "$WORK/src"
-    TREE="$WORK/src"
-fi
-FILES=$(find "$TREE" | wc -l)
-BYTES=$(du -sb "$TREE" | cut -f1)
-echo "== tree: $FILES files and directories, $((BYTES / 1048576)) MiB"
-
 calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
 
-attach() { # image size -> loop device
-    truncate -s "$2" "$1"
+attach() { # VAR image size: attach the image (made sparse if missing), VAR = its loop device
+    [ -e "$2" ] || truncate -s "$3" "$2"
     local l
-    l=$(losetup --find --show "$1")
+    l=$(losetup --find --show "$2")
     LOOPS+=("$l")
-    echo "$l"
+    printf -v "$1" '%s' "$l"
 }
 
-# ---- DualFS.
-echo "== DualFS: mkfs, copy through FUSE, unmount"
-META=$(attach "$WORK/dualfs-meta.img" 1G)
-DATA=$(attach "$WORK/dualfs-data.img" 3G)
-"$BIN/mkfs-dualfs" -q -f "$META" "$DATA"
-mkdir -p "$WORK/mnt-dualfs"
-MOUNTS+=("$WORK/mnt-dualfs")
-"$BIN/dualfs" mount "$META" "$DATA" "$WORK/mnt-dualfs"
-t0=$(date +%s.%N)
-cp -a "$TREE/." "$WORK/mnt-dualfs/"
-sync -f "$WORK/mnt-dualfs" 2>/dev/null || true
-"$BIN/dualfs" umount "$WORK/mnt-dualfs"
-t1=$(date +%s.%N)
-echo "   copied in $(calc "$t1 - $t0") s"
+if [ -n "$IMAGES" ]; then
+    attach META "$WORK/dualfs-meta.img" 1G
+    attach DATA "$WORK/dualfs-data.img" 3G
+    attach EXT4 "$WORK/ext4.img" 3G
+    FILES=$(cat "$WORK/files" 2>/dev/null || echo "?")
+    BYTES=$(cat "$WORK/bytes" 2>/dev/null || echo 0)
+else
+    # ---- The tree.
+    if [ -z "$TREE" ]; then
+        TARBALL=$(ls /usr/src/linux-source-*.tar.* 2>/dev/null | sort -V | tail -1 || true)
+        if [ -z "$TARBALL" ]; then
+            echo "== installing Debian's linux-source package"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source >/dev/null
+            TARBALL=$(ls /usr/src/linux-source-*.tar.* | sort -V | tail -1)
+        fi
+        echo "== unpacking $TARBALL"
+        mkdir -p "$WORK/src"
+        tar -xf "$TARBALL" -C "$WORK/src"
+        TREE="$WORK/src"
+    fi
+    FILES=$(find "$TREE" | wc -l)
+    BYTES=$(du -sb "$TREE" | cut -f1)
+    echo "== tree: $FILES files and directories, $((BYTES / 1048576)) MiB"
+    echo "$FILES" > "$WORK/files"; echo "$BYTES" > "$WORK/bytes"
 
-# ---- ext4.
-echo "== ext4: mkfs, copy, unmount"
-EXT4=$(attach "$WORK/ext4.img" 3G)
-mkfs.ext4 -q -F "$EXT4"
-mkdir -p "$WORK/mnt-ext4"
-MOUNTS+=("$WORK/mnt-ext4")
-mount "$EXT4" "$WORK/mnt-ext4"
-cp -a "$TREE/." "$WORK/mnt-ext4/"
-umount "$WORK/mnt-ext4"
+    # ---- DualFS.
+    echo "== DualFS: mkfs, copy through FUSE, unmount"
+    attach META "$WORK/dualfs-meta.img" 1G
+    attach DATA "$WORK/dualfs-data.img" 3G
+    "$BIN/mkfs-dualfs" -q -f "$META" "$DATA"
+    mkdir -p "$WORK/mnt-dualfs"
+    MOUNTS+=("$WORK/mnt-dualfs")
+    "$BIN/dualfs" mount "$META" "$DATA" "$WORK/mnt-dualfs"
+    t0=$(date +%s.%N)
+    cp -a "$TREE/." "$WORK/mnt-dualfs/"
+    sync -f "$WORK/mnt-dualfs" 2>/dev/null || true
+    "$BIN/dualfs" umount "$WORK/mnt-dualfs"
+    t1=$(date +%s.%N)
+    echo "   copied in $(calc "$t1 - $t0") s"
+
+    # ---- ext4.
+    echo "== ext4: mkfs, copy, unmount"
+    attach EXT4 "$WORK/ext4.img" 3G
+    mkfs.ext4 -q -F "$EXT4"
+    mkdir -p "$WORK/mnt-ext4"
+    MOUNTS+=("$WORK/mnt-ext4")
+    mount "$EXT4" "$WORK/mnt-ext4"
+    cp -a "$TREE/." "$WORK/mnt-ext4/"
+    umount "$WORK/mnt-ext4"
+    # The unpacked tree is not needed any more (a --tree given is the caller's).
+    rm -rf "$WORK/src"
+fi
 
 # ---- Timing. Both checks must find their file system clean. Wall-clock time is what a user
 # waits; CPU time (user + system) is what the check costs, and is steadier on a busy machine.
