@@ -412,9 +412,14 @@ pub struct Claims {
 impl Claims {
     /// One more live inode in block `addr`. Err: the block is already something else.
     pub fn claim_inode(&mut self, addr: u64) -> std::result::Result<(), LogUse> {
+        self.claim_inodes(addr, 1)
+    }
+
+    /// `count` more live inodes in block `addr`.
+    pub fn claim_inodes(&mut self, addr: u64, count: u32) -> std::result::Result<(), LogUse> {
         match self.by_addr.entry(addr).or_insert(LogUse::Inodes(0)) {
             LogUse::Inodes(n) => {
-                *n = n.saturating_add(1);
+                *n = n.saturating_add(count);
                 Ok(())
             }
             other => Err(*other),

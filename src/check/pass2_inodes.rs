@@ -183,21 +183,6 @@ pub fn run(
             inodes.unreadable.insert(ino);
             continue;
         }
-        if let Err(other) = claims.claim_inode(e.addr) {
-            sink.found(Finding::InodeLost {
-                ino,
-                how: Lost::Gone,
-            });
-            sink.error(
-                NAME,
-                format!(
-                    "inode {ino}: the inode map places it in log block {}, which is {other}",
-                    e.addr
-                ),
-            );
-            inodes.unreadable.insert(ino);
-            continue;
-        }
         by_block.push((e.addr, ino, *e));
     }
 
@@ -212,6 +197,22 @@ pub fn run(
         let mut j = i + 1;
         while j < by_block.len() && by_block[j].0 == addr {
             j += 1;
+        }
+        // One claim per block (pass 2 claims first, so nothing else holds it yet).
+        if let Err(other) = claims.claim_inodes(addr, (j - i) as u32) {
+            for &(_, ino, _) in &by_block[i..j] {
+                sink.found(Finding::InodeLost {
+                    ino,
+                    how: Lost::Gone,
+                });
+                sink.error(
+                    NAME,
+                    format!("inode {ino}: the inode map places it in log block {addr}, which is {other}"),
+                );
+                inodes.unreadable.insert(ino);
+            }
+            i = j;
+            continue;
         }
         groups.insert(addr, i..j);
         addrs.push(addr);
