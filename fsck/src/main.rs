@@ -1,6 +1,11 @@
 //! fsck-dualfs (also installed as fsck.dualfs, so `fsck -t dualfs META` works): check a DualFS
 //! and repair what is wrong. Options and exit codes follow e2fsck.
 
+// A check allocates and frees a record per inode and per entry; mimalloc makes that cheaper
+// than glibc's malloc (about 10% of a check of 80,000 files, bench/fsck.sh).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod devices;
 mod progress;
 mod questions;

@@ -85,57 +85,16 @@ impl Images {
 
     /// The inode of `path` ("a/b"), looked up on a read-only mount.
     pub fn ino(&self, path: &str) -> u64 {
-        let fs = Fs::mount(
-            open(&self.meta, true),
-            open(&self.data, true),
-            MountOptions {
-                read_only: true,
-                ..MountOptions::default()
-            },
-        )
-        .unwrap();
-        let mut cur = ROOT;
-        for part in path.split('/') {
-            cur = fs.lookup(cur, part.as_bytes()).unwrap().ino;
-        }
-        fs.unmount().unwrap();
-        cur
-    }
-
-    fn tables(&self) -> (Arc<Superblock>, Tables, Arc<dyn BlockDevice>) {
-        let dev = open(&self.meta, false);
-        let mut b = vec![0u8; SB_SIZE];
-        dev.read_at(&mut b, 0).unwrap();
-        let sb = Arc::new(Superblock::decode(&b).unwrap());
-        let cp = read_newest(&sb, &*dev).unwrap();
-        let t = load_tables(&sb, &*dev, &cp).unwrap();
-        (sb, t, dev)
+        ino_of(&self.meta, &self.data, path)
     }
 
     pub fn inode(&self, ino: u64) -> DiskInode {
-        let (sb, t, dev) = self.tables();
-        let e = t.ifile.entry(ino).unwrap();
-        let mut b = vec![0u8; sb.block_size as usize];
-        dev.read_at(&mut b, e.addr * sb.block_size as u64).unwrap();
-        let s = e.slot as usize;
-        DiskInode::decode(&b[INODE_SIZE * s..INODE_SIZE * (s + 1)]).unwrap()
+        inode_at(&self.meta, ino)
     }
 
     /// Change inode `ino` in place (inode and block CRCs sealed again: a consistent lie).
     pub fn rewrite_inode(&self, ino: u64, f: impl FnOnce(&mut DiskInode)) {
-        let (sb, t, dev) = self.tables();
-        let e = t.ifile.entry(ino).unwrap();
-        let bs = sb.block_size as u64;
-        let mut b = vec![0u8; bs as usize];
-        dev.read_at(&mut b, e.addr * bs).unwrap();
-        let s = e.slot as usize;
-        let raw = &mut b[INODE_SIZE * s..INODE_SIZE * (s + 1)];
-        let mut d = DiskInode::decode(raw).unwrap();
-        f(&mut d);
-        d.encode_into(raw);
-        BlockHeader::seal(&mut b);
-        dev.write_at(&b, e.addr * bs).unwrap();
-        dev.flush().unwrap();
+        rewrite_inode_at(&self.meta, ino, f)
     }
 
     /// A digest of both images (to prove nothing was written).
@@ -191,4 +150,61 @@ pub fn run(program: &Path, args: &[&dyn AsRef<std::ffi::OsStr>]) -> (i32, String
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.code().unwrap_or(-1), text)
+}
+
+/// The inode of `path` ("a/b") of the file system on `meta` + `data`, looked up on a
+/// read-only mount.
+pub fn ino_of(meta: &Path, data: &Path, path: &str) -> u64 {
+    let fs = Fs::mount(
+        open(meta, true),
+        open(data, true),
+        MountOptions {
+            read_only: true,
+            ..MountOptions::default()
+        },
+    )
+    .unwrap();
+    let mut cur = ROOT;
+    for part in path.split('/') {
+        cur = fs.lookup(cur, part.as_bytes()).unwrap().ino;
+    }
+    fs.unmount().unwrap();
+    cur
+}
+
+fn tables(meta: &Path) -> (Arc<Superblock>, Tables, Arc<dyn BlockDevice>) {
+    let dev = open(meta, false);
+    let mut b = vec![0u8; SB_SIZE];
+    dev.read_at(&mut b, 0).unwrap();
+    let sb = Arc::new(Superblock::decode(&b).unwrap());
+    let cp = read_newest(&sb, &*dev).unwrap();
+    let t = load_tables(&sb, &*dev, &cp).unwrap();
+    (sb, t, dev)
+}
+
+pub fn inode_at(meta: &Path, ino: u64) -> DiskInode {
+    let (sb, t, dev) = tables(meta);
+    let e = t.ifile.entry(ino).unwrap();
+    let mut b = vec![0u8; sb.block_size as usize];
+    dev.read_at(&mut b, e.addr * sb.block_size as u64).unwrap();
+    let s = e.slot as usize;
+    DiskInode::decode(&b[INODE_SIZE * s..INODE_SIZE * (s + 1)]).unwrap()
+}
+
+/// Change inode `ino` on the metadata device `meta` in place (inode and block CRCs sealed
+/// again: a consistent lie only the checker's cross-checks find).
+pub fn rewrite_inode_at(meta: &Path, ino: u64, f: impl FnOnce(&mut DiskInode)) {
+    let (sb, t, dev) = tables(meta);
+    let e = t.ifile.entry(ino).unwrap();
+    let bs = sb.block_size as u64;
+    let mut b = vec![0u8; bs as usize];
+    dev.read_at(&mut b, e.addr * bs).unwrap();
+    let s = e.slot as usize;
+    let raw = &mut b[INODE_SIZE * s..INODE_SIZE * (s + 1)];
+    let mut d = DiskInode::decode(raw).unwrap();
+    f(&mut d);
+    d.encode_into(raw);
+    BlockHeader::seal(&mut b);
+    dev.write_at(&b, e.addr * bs).unwrap();
+    dev.flush().unwrap();
 }
