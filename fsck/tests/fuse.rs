@@ -26,6 +26,7 @@ fn repaired_file_system_mounts_through_fuse_with_everything_in_place() {
     );
     let mut fs = TestFs::builder().sizes(64 << 20, 512 << 20).mount();
     assert!(fs.is_dualfs(), "this test is about DualFS");
+    std::fs::create_dir(fs.join("tree")).unwrap();
     copy_tree(src.path(), &fs.join("tree"));
     std::fs::write(fs.join("victim"), vec![9u8; 50_000]).unwrap();
     fs.unmount(); // and the checker finds it clean
@@ -41,7 +42,7 @@ fn repaired_file_system_mounts_through_fuse_with_everything_in_place() {
     let (code, out) = fsck(&[&"-f", &"-n", &meta, &data]);
     assert_eq!(code, 4, "{out}");
     assert!(before == (std::fs::read(&meta).unwrap(), std::fs::read(&data).unwrap()));
-    let (code, out) = fsck(&[&"-y", &meta, &data]);
+    let (code, out) = fsck(&[&"-f", &"-y", &meta, &data]);
     assert_eq!(code, 1, "-y repairs:\n{out}");
     let (code, out) = fsck(&[&"-f", &"-n", &meta, &data]);
     assert_eq!(code, 0, "a second run is clean:\n{out}");
