@@ -27,6 +27,9 @@ pub struct Allowed {
     pub reconnect: bool,
     /// Free unattached regular files holding nothing.
     pub free_empty: bool,
+    /// Free orphans: files unlinked while open, whose last user is gone (a mount would free
+    /// them; fsck does it as e2fsck clears its orphan list).
+    pub free_orphans: bool,
     /// Set link counts, directory sizes and '..'.
     pub counts: bool,
 }
@@ -39,6 +42,8 @@ pub struct Context<'a> {
     pub doomed: &'a BTreeSet<u64>,
     /// Inodes whose ORPHAN flag is being cleared.
     pub unflagged: &'a BTreeSet<u64>,
+    /// Inodes with a pointer that cannot be followed and stays (they cannot be freed).
+    pub bad_pointers: &'a BTreeSet<u64>,
     /// The root is made anew (it was lost): its old entries become reachable again.
     pub new_root: bool,
 }
@@ -448,6 +453,22 @@ pub fn plan(
                 "inode {ino} (an empty regular file) cannot be reached from the root: freed"
             ),
         });
+    }
+
+    // Orphans: nothing names them and nobody has them open any more.
+    if allowed.free_orphans {
+        let h = holders(&kept);
+        for &ino in cx.inodes.good.keys() {
+            if cx.open_unlinked(ino) && !h.contains_key(&ino) && !cx.bad_pointers.contains(&ino) {
+                out.push(Planned {
+                    class: FixClass::FreeOrphans,
+                    fix: SessionFix::FreeInode { ino },
+                    message: format!(
+                        "inode {ino}: an orphan (unlinked while open, now closed): freed"
+                    ),
+                });
+            }
+        }
     }
 
     // ---- 4. Counts, sizes and '..' from the final entries.

@@ -43,6 +43,8 @@ pub enum FixClass {
     Reconnect,
     /// Free unattached empty files.
     FreeEmpty,
+    /// Free orphans (unlinked while open; mount would free them).
+    FreeOrphans,
     /// Link counts, directory sizes, '..'.
     LinkCounts,
     /// Data bitmaps, group descriptors, segment usage, node map, where the log writes next,
@@ -98,6 +100,9 @@ impl FixClass {
             }
             FixClass::Reconnect => "Reconnect unreachable inodes under /lost+found",
             FixClass::FreeEmpty => "Free unattached empty files",
+            FixClass::FreeOrphans => {
+                "Free orphans: files unlinked while open whose last user is gone"
+            }
             FixClass::LinkCounts => "Fix link counts, directory sizes and '..'",
             FixClass::Tables => {
                 "Rebuild data bitmaps, group descriptors, segment usage and the node map"
@@ -145,7 +150,7 @@ impl Policy {
     }
 }
 
-pub const ALL: [FixClass; 15] = [
+pub const ALL: [FixClass; 16] = [
     FixClass::SuperblockCopies,
     FixClass::RestoreSuperblock,
     FixClass::OlderCheckpoint,
@@ -159,6 +164,7 @@ pub const ALL: [FixClass; 15] = [
     FixClass::RemoveNames,
     FixClass::Reconnect,
     FixClass::FreeEmpty,
+    FixClass::FreeOrphans,
     FixClass::LinkCounts,
     FixClass::Tables,
 ];
@@ -711,6 +717,11 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
     }
     if let (Some(ns), false) = (&state.namespace, tree_damaged) {
         if ns.tree_ok {
+            let stuck_pointers: BTreeSet<u64> = if policy.allows(FixClass::ClearPointers) {
+                BTreeSet::new()
+            } else {
+                bad_pointers.clone()
+            };
             let new_root =
                 namespace::root_lost(&state.inodes, &doomed) && policy.allows(FixClass::Reconnect);
             let cx = Context {
@@ -718,6 +729,7 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
                 ns,
                 doomed: &doomed,
                 unflagged: &unflagged,
+                bad_pointers: &stuck_pointers,
                 new_root,
             };
             let allowed = Allowed {
@@ -725,6 +737,7 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
                 remove_names: policy.allows(FixClass::RemoveNames),
                 reconnect: policy.allows(FixClass::Reconnect),
                 free_empty: policy.allows(FixClass::FreeEmpty),
+                free_orphans: policy.allows(FixClass::FreeOrphans),
                 counts: policy.allows(FixClass::LinkCounts),
             };
             let mut ns_fixes = Vec::new();
@@ -736,6 +749,7 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
                 remove_names: true,
                 reconnect: true,
                 free_empty: true,
+                free_orphans: true,
                 counts: true,
             };
             let mut full = Vec::new();

@@ -873,3 +873,21 @@ fn root_that_is_not_a_directory_is_made_again() {
     // Its entries are found again.
     assert_eq!(named(&tree, "/b/double"), Some(img.ino("b/double")));
 }
+
+#[test]
+fn orphans_are_freed_when_a_repair_runs() {
+    let img = workload_image();
+    let l = layout(&img);
+    let orphan = l
+        .tables
+        .ifile
+        .imap
+        .iter()
+        .position(|e| e.allocated() && e.flags & IMAP_ORPHAN != 0)
+        .unwrap() as u64;
+    rewrite_inode(&img, img.ino("small"), |d| d.nlink = 7);
+    let (out, _) = repaired(&img);
+    assert_done(&out, &format!("inode {orphan}: an orphan"));
+    assert!(layout(&img).tables.ifile.entry(orphan).is_none());
+    assert_eq!(img.check(Mode::Tree).stats.orphans, 0);
+}
