@@ -127,6 +127,13 @@ impl Superblock {
         if meta_blocks >= 1 << 48 || data_blocks >= 1 << 48 {
             return Err(bad("device larger than 2^48 blocks".into()));
         }
+        // Every group has a bitmap block in the log: more groups than log blocks cannot be
+        // (and the tables for them would exhaust memory before anything noticed).
+        if groups > meta_blocks {
+            return Err(bad(format!(
+                "{groups} groups, more than the {meta_blocks} blocks of the log"
+            )));
+        }
         if get_u32(b, 96) as usize != INODE_SIZE {
             return Err(bad(format!("inode size {}", get_u32(b, 96))));
         }
@@ -284,5 +291,16 @@ mod tests {
         assert!(sb.label.len() <= LABEL_LEN);
         let again = Superblock::decode(&sb.encode()).unwrap();
         assert_eq!(again, sb);
+    }
+
+    /// Regression (found by fuzz/bitmap_file): a superblock with one block per group on a
+    /// large device asked the tables for a bitmap per block, exhausting memory.
+    #[test]
+    fn more_groups_than_log_blocks_is_refused() {
+        let mut sb = sample();
+        sb.blocks_per_group = 1;
+        sb.groups = sb.data_blocks;
+        assert!(sb.groups > sb.meta_blocks);
+        assert!(Superblock::decode(&sb.encode()).is_err());
     }
 }

@@ -290,15 +290,14 @@ impl DataMap {
         blocks_per_group: u64,
         bodies: &[Vec<u8>],
     ) -> Result<DataMap> {
-        let mut m = DataMap::new(block_size, data_blocks, blocks_per_group);
         let bad = |d: String| FsError::corrupt("bitmap file", d);
-        if bodies.len() as u64 != m.desc_blocks + m.ngroups() {
-            return Err(bad(format!(
-                "{} blocks for {} groups",
-                bodies.len(),
-                m.ngroups()
-            )));
+        // Before allocating anything per group: the file must have a block for each.
+        let ngroups = data_blocks.div_ceil(blocks_per_group.max(1));
+        let desc_blocks = ngroups.div_ceil(entries32_per_block(block_size) as u64);
+        if blocks_per_group == 0 || bodies.len() as u64 != desc_blocks.saturating_add(ngroups) {
+            return Err(bad(format!("{} blocks for {ngroups} groups", bodies.len())));
         }
+        let mut m = DataMap::new(block_size, data_blocks, blocks_per_group);
         for g in 0..m.ngroups() {
             let body = &bodies[(g / m.per_desc_block) as usize];
             let gd = GroupDesc::decode(&body[32 * (g % m.per_desc_block) as usize..]);
