@@ -387,3 +387,26 @@ fn report_repair(name: &str, shown: &str, mode: Mode, verbose: bool, o: &RepairO
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn modes_conflict_as_in_e2fsck() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["fsck-dualfs"].iter().chain(args));
+        assert!(parse(&["-n", "m"]).is_ok());
+        assert!(parse(&["-p", "-f", "-v", "m", "d"]).is_ok());
+        assert!(parse(&["-a", "m"]).is_ok());
+        assert!(parse(&["-y", "-C", "0", "m"]).is_ok());
+        for bad in [&["-n", "-y", "m"][..], &["-p", "-y", "m"], &["-n", "-a", "m"], &[]] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}
