@@ -405,7 +405,12 @@ mod tests {
         assert!(parse(&["-p", "-f", "-v", "m", "d"]).is_ok());
         assert!(parse(&["-a", "m"]).is_ok());
         assert!(parse(&["-y", "-C", "0", "m"]).is_ok());
-        for bad in [&["-n", "-y", "m"][..], &["-p", "-y", "m"], &["-n", "-a", "m"], &[]] {
+        for bad in [
+            &["-n", "-y", "m"][..],
+            &["-p", "-y", "m"],
+            &["-n", "-a", "m"],
+            &[],
+        ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
     }

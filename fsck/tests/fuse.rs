@@ -3,7 +3,7 @@
 //! that was there is there, byte for byte, and the checker finds the file system clean.
 
 #[path = "../../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 mod support;
 

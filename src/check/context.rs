@@ -235,6 +235,10 @@ impl Sink {
 
 // ---- Reading the log ----------------------------------------------------------------------
 
+/// What `LogReader::read_sorted` hands each block to: its address, and its bytes or why it
+/// has none.
+pub type BlockVisitor<'a> = dyn FnMut(u64, std::result::Result<&[u8], String>) -> Result<()> + 'a;
+
 /// Reads metadata-device blocks after checking that the address is one the log can use.
 pub struct LogReader<'a> {
     dev: &'a dyn BlockDevice,
@@ -308,11 +312,7 @@ impl<'a> LogReader<'a> {
     /// Log blocks `addrs` (ascending), each handed to `f` with its bytes or why it has none.
     /// Nearby blocks are read together, in runs of up to `MAX_RUN` blocks: a check reads the
     /// log in large sequential pieces instead of one system call per block.
-    pub fn read_sorted(
-        &self,
-        addrs: &[u64],
-        f: &mut dyn FnMut(u64, std::result::Result<&[u8], String>) -> Result<()>,
-    ) -> Result<()> {
+    pub fn read_sorted(&self, addrs: &[u64], f: &mut BlockVisitor<'_>) -> Result<()> {
         const MAX_RUN: u64 = 256;
         const MAX_GAP: u64 = 8;
         let bs = self.block_size() as usize;
@@ -410,12 +410,7 @@ pub struct Claims {
 }
 
 impl Claims {
-    /// One more live inode in block `addr`. Err: the block is already something else.
-    pub fn claim_inode(&mut self, addr: u64) -> std::result::Result<(), LogUse> {
-        self.claim_inodes(addr, 1)
-    }
-
-    /// `count` more live inodes in block `addr`.
+    /// `count` more live inodes in block `addr`. Err: the block is already something else.
     pub fn claim_inodes(&mut self, addr: u64, count: u32) -> std::result::Result<(), LogUse> {
         match self.by_addr.entry(addr).or_insert(LogUse::Inodes(0)) {
             LogUse::Inodes(n) => {

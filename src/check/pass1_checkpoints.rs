@@ -118,9 +118,12 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
         &regions[0]
     };
     let other_name = region_name(*other_region);
-    if !matches!(other, Region::Valid(old) if old.serial.checked_add(1) == Some(cp.serial))
-        && !(matches!(other, Region::Empty) && cp.serial <= 1)
-    {
+    let fallback_fine = match other {
+        Region::Valid(old) => old.serial.checked_add(1) == Some(cp.serial),
+        Region::Empty => cp.serial <= 1,
+        Region::Unusable(_) => false,
+    };
+    if !fallback_fine {
         sink.found(Finding::FallbackCheckpoint);
     }
     match other {

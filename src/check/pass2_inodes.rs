@@ -267,6 +267,9 @@ pub fn run(
     Ok(inodes)
 }
 
+/// The good inodes read, and the numbers found lost.
+type InodesRead = (Vec<(u64, InodeInfo)>, Vec<u64>);
+
 /// Read the inode blocks `addrs` and decode the inodes each should hold (`entries_of`):
 /// the good ones, and the numbers that are lost. `total`: report progress against it.
 fn read_inodes(
@@ -276,7 +279,7 @@ fn read_inodes(
     entries_of: &(dyn Fn(u64) -> Vec<(u64, ImapEntry)> + Sync),
     total: Option<u64>,
     capacity: usize,
-) -> Result<(Vec<(u64, InodeInfo)>, Vec<u64>)> {
+) -> Result<InodesRead> {
     let mut good = Vec::with_capacity(capacity);
     let mut lost = Vec::new();
     let gone = |sink: &mut Sink, lost: &mut Vec<u64>, ino: u64| {

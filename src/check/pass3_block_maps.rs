@@ -298,6 +298,7 @@ impl<'a, 'b> Walk<'a, 'b> {
         found(a, file_block);
     }
 
+    #[allow(clippy::too_many_arguments)]
     /// Indirect block (`level`, `index`) at log address `addr`, named by its parent. The level
     /// strictly decreases on the way down, so recursion is at most three deep.
     fn indirect(

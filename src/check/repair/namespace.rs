@@ -98,9 +98,12 @@ type Kept = BTreeMap<(u64, Vec<u8>), (u64, u8)>;
 
 /// Whether the root must be made anew (it is lost, or not a directory).
 pub fn root_lost(inodes: &Inodes, doomed: &BTreeSet<u64>) -> bool {
-    let root = inodes.good.get(&ROOT_INO);
-    let ok = root.is_some_and(|r| r.is_dir()) && !doomed.contains(&ROOT_INO);
-    !ok && !(inodes.unreadable.contains(&ROOT_INO) && !doomed.contains(&ROOT_INO))
+    if doomed.contains(&ROOT_INO) {
+        return true;
+    }
+    let is_dir = inodes.good.get(&ROOT_INO).is_some_and(|r| r.is_dir());
+    // An unreadable root is opaque: it is neither made again nor judged.
+    !is_dir && !inodes.unreadable.contains(&ROOT_INO)
 }
 
 pub fn plan(

@@ -575,13 +575,13 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
                     });
                 }
             }
-            Finding::FreeList => {
+            Finding::FreeList
                 if want(
                     FixClass::Inodes,
                     "the free-inode list and IFile header are rewritten".into(),
-                ) {
-                    rewrite_ifile = true;
-                }
+                ) =>
+            {
+                rewrite_ifile = true;
             }
             Finding::BadSymlink { ino } if good.contains_key(&ino) => {
                 let m = format!("symbolic link {ino}: its target cannot be read: freed");

@@ -354,18 +354,15 @@ fn live_bytes(t: &Tables, claims: &Claims, excluded: &Excluded) -> Vec<u64> {
     }
     let allocated = |ino: u64| t.ifile.entry(ino).is_some();
     for (addr, u) in claims.iter() {
-        match u {
+        let counts = match u {
             LogUse::Indirect { ino, level, index } => {
-                if allocated(ino) && !excluded.indirect.contains(&(ino, level, index)) {
-                    add(addr, bs);
-                }
+                allocated(ino) && !excluded.indirect.contains(&(ino, level, index))
             }
-            LogUse::Symlink { ino, .. } => {
-                if allocated(ino) && !excluded.symlinks.contains(&ino) {
-                    add(addr, bs);
-                }
-            }
-            _ => {}
+            LogUse::Symlink { ino, .. } => allocated(ino) && !excluded.symlinks.contains(&ino),
+            _ => false,
+        };
+        if counts {
+            add(addr, bs);
         }
     }
     for &a in t.nodes.addrs.iter().filter(|&&a| a != 0) {
