@@ -716,3 +716,23 @@ fn huge_counts_in_an_inode_do_not_overflow_stat() {
     assert!(fs.lookup(ROOT, b"a").is_ok());
     fs.unmount().unwrap();
 }
+
+/// An indirect or symlink pointer of 2^62 was multiplied into a device offset: reading the
+/// file (or mount freeing an orphan) panicked (overflow). It is EIO now.
+#[test]
+fn indirect_pointer_past_any_device_is_eio() {
+    use super::damage::rewrite_inode;
+    let img = super::clean::workload_image();
+    let (double, long) = (img.ino("b/double"), img.ino("longest"));
+    rewrite_inode(&img, double, |d| d.indirect[0] = u64::MAX / 3);
+    rewrite_inode(&img, long, |d| d.direct[0] = u64::MAX / 5);
+    let fs = Fs::mount(img.meta.clone(), img.data.clone(), quiet_mount_options()).unwrap();
+    assert!(fs.read(double, 0, 12 * BS, 4096).is_err());
+    assert_eq!(
+        fs.read(double, 0, 0, 4096).unwrap().len(),
+        4096,
+        "direct blocks are fine"
+    );
+    assert!(fs.readlink(long).is_err());
+    fs.unmount().unwrap();
+}
