@@ -87,6 +87,24 @@ impl NodeCache {
         self.clock.push_back(id);
     }
 
+    /// Add a node just read from disk that the caller keeps using too (the check). Nothing
+    /// happens if the node is cached already.
+    pub fn insert_loaded_shared(&mut self, id: u64, node: Arc<Node>) {
+        if self.entries.contains_key(&id) {
+            return;
+        }
+        self.entries.insert(
+            id,
+            CachedNode {
+                node,
+                dirty: false,
+                on_disk: true,
+                referenced: AtomicBool::new(true),
+            },
+        );
+        self.clock.push_back(id);
+    }
+
     /// Store a node's new content (a new node, or a changed one) and mark it dirty.
     pub fn store_dirty(&mut self, id: u64, node: Node) {
         match self.entries.get_mut(&id) {

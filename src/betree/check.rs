@@ -90,7 +90,15 @@ impl Checker<'_> {
         if block.len() != self.tree.policy.block_size {
             return violation(format!("node {id}: block of {} bytes", block.len()));
         }
-        Ok(Arc::new(Node::from_image(fmt::decode(&block, id)?)))
+        let node = Arc::new(Node::from_image(fmt::decode(&block, id)?));
+        // Keep it while the cache has room: a listing usually follows a check (fsck), and
+        // would otherwise read and decode every node again. Mutations wait for the check, so
+        // the node read is the current one.
+        let mut state = self.tree.state.write();
+        if state.cache.len() < self.tree.cache_nodes {
+            state.cache.insert_loaded_shared(id, Arc::clone(&node));
+        }
+        Ok(node)
     }
 
     fn visit(

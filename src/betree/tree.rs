@@ -82,7 +82,7 @@ struct LoadMark {
 pub struct BeTree {
     pub(crate) policy: Policy,
     hash_seed: u64,
-    cache_nodes: usize,
+    pub(crate) cache_nodes: usize,
     pub(crate) state: RwLock<TreeState>,
     /// Serializes mutations (and `check`), including while they wait for I/O. Lookups never
     /// take it.

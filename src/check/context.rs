@@ -2,7 +2,8 @@
 //! reader that validates addresses before reading, and the claims on log blocks that pass 5
 //! adds up into segment usage.
 
-use super::{Options, Problem, Report, Severity, Stats};
+use super::findings::Finding;
+use super::{Options, Problem, Progress, ProgressFn, Report, Severity, Stats};
 use crate::device::BlockDevice;
 use crate::format::superblock::Superblock;
 use crate::{FsError, Result};
@@ -83,7 +84,13 @@ pub struct Sink {
     unlisted: BTreeMap<&'static str, (u64, u64)>,
     notes: Vec<String>,
     pub stats: Stats,
+    /// What a repair can act on (every finding, listed or not).
+    pub findings: Vec<Finding>,
+    progress: Option<ProgressFn>,
 }
+
+/// Passes, for progress reports.
+pub const PASSES: u8 = 8;
 
 impl Sink {
     pub fn new(opts: &Options) -> Sink {
@@ -94,6 +101,67 @@ impl Sink {
             unlisted: BTreeMap::new(),
             notes: Vec::new(),
             stats: Stats::default(),
+            findings: Vec::new(),
+            progress: opts.progress.clone(),
+        }
+    }
+
+    /// A sink for work done on another thread (same options, no progress reports), to be
+    /// merged back with `absorb`.
+    pub fn side(&self) -> Sink {
+        Sink {
+            verbose: self.verbose,
+            problems: Vec::new(),
+            listed: HashMap::new(),
+            unlisted: BTreeMap::new(),
+            notes: Vec::new(),
+            stats: Stats::default(),
+            findings: Vec::new(),
+            progress: None,
+        }
+    }
+
+    /// Take in what a side sink collected (problems, notes, findings, counts).
+    pub fn absorb(&mut self, side: Sink) {
+        for p in side.problems {
+            self.add(p.severity, p.pass, p.message);
+        }
+        for (pass, (e, w)) in side.unlisted {
+            let u = self.unlisted.entry(pass).or_insert((0, 0));
+            u.0 += e;
+            u.1 += w;
+        }
+        self.notes.extend(side.notes);
+        self.findings.extend(side.findings);
+        // Side work starts from zero counts: add them all (not the checkpoint facts).
+        let (s, o) = (&mut self.stats, side.stats);
+        s.inodes += o.inodes;
+        s.directories += o.directories;
+        s.files += o.files;
+        s.symlinks += o.symlinks;
+        s.special_files += o.special_files;
+        s.orphans += o.orphans;
+        s.data_blocks_used += o.data_blocks_used;
+        s.log_blocks_live += o.log_blocks_live;
+        s.tree_nodes += o.tree_nodes;
+        s.entries += o.entries;
+    }
+
+    /// Record what a repair can act on.
+    pub fn found(&mut self, f: Finding) {
+        self.findings.push(f);
+    }
+
+    /// Pass `pass` (`name`) has done `done` of `total`.
+    pub fn progress(&self, pass: u8, name: &'static str, done: u64, total: u64) {
+        if let Some(p) = &self.progress {
+            p(&Progress {
+                pass,
+                passes: PASSES,
+                name,
+                done,
+                total,
+            });
         }
     }
 
@@ -113,6 +181,11 @@ impl Sink {
             pass,
             message,
         });
+    }
+
+    /// Problems reported so far (listed or not).
+    pub fn problems_count(&self) -> u64 {
+        self.problems.len() as u64 + self.unlisted.values().map(|(e, w)| e + w).sum::<u64>()
     }
 
     pub fn error(&mut self, pass: &'static str, message: impl Into<String>) {
@@ -152,9 +225,19 @@ impl Sink {
             notes: self.notes,
         }
     }
+
+    /// The report and the findings.
+    pub fn finish_with_findings(mut self) -> (Report, Vec<Finding>) {
+        let findings = std::mem::take(&mut self.findings);
+        (self.finish(), findings)
+    }
 }
 
 // ---- Reading the log ----------------------------------------------------------------------
+
+/// What `LogReader::read_sorted` hands each block to: its address, and its bytes or why it
+/// has none.
+pub type BlockVisitor<'a> = dyn FnMut(u64, std::result::Result<&[u8], String>) -> Result<()> + 'a;
 
 /// Reads metadata-device blocks after checking that the address is one the log can use.
 pub struct LogReader<'a> {
@@ -225,6 +308,49 @@ impl<'a> LogReader<'a> {
         }
         self.read_any(addr)
     }
+
+    /// Log blocks `addrs` (ascending), each handed to `f` with its bytes or why it has none.
+    /// Nearby blocks are read together, in runs of up to `MAX_RUN` blocks: a check reads the
+    /// log in large sequential pieces instead of one system call per block.
+    pub fn read_sorted(&self, addrs: &[u64], f: &mut BlockVisitor<'_>) -> Result<()> {
+        const MAX_RUN: u64 = 256;
+        const MAX_GAP: u64 = 8;
+        let bs = self.block_size() as usize;
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < addrs.len() {
+            let first = addrs[i];
+            if let Some(why) = self.bad_address(first) {
+                f(first, Err(why))?;
+                i += 1;
+                continue;
+            }
+            // Extend the run over the next good addresses that are close enough.
+            let mut j = i + 1;
+            let mut last = first;
+            while j < addrs.len() {
+                let a = addrs[j];
+                if a < last
+                    || a - last > MAX_GAP
+                    || a - first >= MAX_RUN
+                    || self.bad_address(a).is_some()
+                {
+                    break;
+                }
+                last = a;
+                j += 1;
+            }
+            let n = (last - first + 1) as usize;
+            buf.resize(n * bs, 0);
+            self.dev.read_at(&mut buf, first * bs as u64)?;
+            for &a in &addrs[i..j] {
+                let off = (a - first) as usize * bs;
+                f(a, Ok(&buf[off..off + bs]))?;
+            }
+            i = j;
+        }
+        Ok(())
+    }
 }
 
 // ---- Who uses which log block -------------------------------------------------------------
@@ -284,11 +410,11 @@ pub struct Claims {
 }
 
 impl Claims {
-    /// One more live inode in block `addr`. Err: the block is already something else.
-    pub fn claim_inode(&mut self, addr: u64) -> std::result::Result<(), LogUse> {
+    /// `count` more live inodes in block `addr`. Err: the block is already something else.
+    pub fn claim_inodes(&mut self, addr: u64, count: u32) -> std::result::Result<(), LogUse> {
         match self.by_addr.entry(addr).or_insert(LogUse::Inodes(0)) {
             LogUse::Inodes(n) => {
-                *n = n.saturating_add(1);
+                *n = n.saturating_add(count);
                 Ok(())
             }
             other => Err(*other),

@@ -17,12 +17,16 @@
 //! | 7 | `pass7_namespace` | entries against inodes: types, sizes, link counts, '..', reachability |
 //!
 //! Anything wrong on the devices is a [`Problem`]; `Err` is returned only when a device cannot be
-//! read. Damaged input never makes the checker panic: every address, count and index read from
+//! read. Each problem also records a [`findings::Finding`] that the repairer ([`repair`], used by
+//! fsck.dualfs -p/-y) acts on. [`Options::progress`] reports how far the check is; [`glance`]
+//! tells a cleanly unmounted file system from the superblocks and checkpoint alone. Damaged input never makes the checker panic: every address, count and index read from
 //! disk is checked before it is used, and every loop is bounded by a count verified first.
 //! When the superblock or every checkpoint is unusable the check stops there (all later passes
 //! depend on them).
 
 mod context;
+pub mod findings;
+mod glance;
 mod pass0_superblocks;
 mod pass1_checkpoints;
 mod pass2_inodes;
@@ -31,21 +35,53 @@ mod pass4_data_bitmaps;
 mod pass5_segment_usage;
 mod pass6_tree;
 mod pass7_namespace;
+pub mod repair;
 #[cfg(test)]
 mod tests;
 
 use crate::device::BlockDevice;
+use crate::format::superblock::Superblock;
 use crate::Result;
 use context::{BoundedDevice, Claims, LogReader, Sink};
+use findings::Finding;
+pub use glance::{glance, Glance};
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 
-/// How to check.
-#[derive(Clone, Debug, Default)]
+/// How to check. Build it with `Options::default()` and struct update syntax
+/// (`Options { verbose: true, ..Options::default() }`): fields may be added.
+#[derive(Clone, Default)]
 pub struct Options {
     /// List every problem (otherwise each pass lists at most `context::PROBLEMS_PER_PASS`
     /// and summarizes the rest) and add informational notes to the report.
     pub verbose: bool,
+    /// Called as the check advances (for a progress bar). Calls come from the checking
+    /// thread, often (up to a few thousand per pass): keep it cheap.
+    pub progress: Option<ProgressFn>,
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("verbose", &self.verbose)
+            .field("progress", &self.progress.as_ref().map(|_| "callback"))
+            .finish()
+    }
+}
+
+/// A progress callback.
+pub type ProgressFn = std::sync::Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// How far the check is: pass `pass` (0..=7, named `name`) has done `done` of `total` units
+/// (inodes, blocks, entries: whatever the pass counts; `total` may grow while it runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub pass: u8,
+    pub passes: u8,
+    pub name: &'static str,
+    pub done: u64,
+    pub total: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -183,12 +219,28 @@ pub fn check_with(
     Ok(run(meta, data, opts, None)?.report)
 }
 
-/// A report plus what tests need to judge it.
+/// A report plus what tests and the repairer need.
 pub(crate) struct Outcome {
     pub report: Report,
     /// Log blocks something reachable names, plus the superblock and its copies.
     #[cfg_attr(not(test), allow(dead_code))]
     pub live_log_blocks: BTreeSet<u64>,
+    /// What a repair can act on.
+    pub findings: Vec<Finding>,
+    /// What the passes established (None when the check stopped at pass 0 or 1).
+    pub state: Option<State>,
+}
+
+/// What the passes established: the state a mount would see, and what is reachable in it.
+pub(crate) struct State {
+    pub sb: Arc<Superblock>,
+    pub loaded: pass1_checkpoints::Loaded,
+    pub inodes: pass2_inodes::Inodes,
+    pub data_use: pass3_block_maps::DataUse,
+    /// None when the tree could not be listed.
+    pub namespace: Option<pass6_tree::Namespace>,
+    /// Every live log block and what it is.
+    pub claims: Claims,
 }
 
 /// The whole check. `listed` replaces the directory entries the tree holds (tests use it with
@@ -202,13 +254,27 @@ pub(crate) fn run(
     let meta = BoundedDevice::new(meta);
     let mut sink = Sink::new(opts);
     let mut live_log_blocks = BTreeSet::new();
-    let outcome = |sink: Sink, live| Outcome {
-        report: sink.finish(),
-        live_log_blocks: live,
+    let outcome = |sink: Sink, live, state| {
+        let (report, findings) = sink.finish_with_findings();
+        Outcome {
+            report,
+            live_log_blocks: live,
+            findings,
+            state,
+        }
     };
 
+    let started = std::time::Instant::now();
+    let mut lap = started;
+    let mut timed = |sink: &mut Sink, pass: &str| {
+        let now = std::time::Instant::now();
+        let took = now - lap;
+        lap = now;
+        sink.note(|| format!("pass {pass} took {:.1} ms", took.as_secs_f64() * 1e3));
+    };
+    sink.progress(0, pass0_superblocks::NAME, 0, 1);
     let Some(sb) = pass0_superblocks::run(&mut sink, &meta, data)? else {
-        return Ok(outcome(sink, live_log_blocks));
+        return Ok(outcome(sink, live_log_blocks, None));
     };
     live_log_blocks.insert(0);
     live_log_blocks.extend(
@@ -217,17 +283,62 @@ pub(crate) fn run(
             .map(|&s| s.saturating_mul(sb.segment_blocks as u64)),
     );
     let log = LogReader::new(&meta, sb.clone());
-    let Some(state) = pass1_checkpoints::run(&mut sink, &log)? else {
-        return Ok(outcome(sink, live_log_blocks));
+    timed(&mut sink, "0 (superblocks)");
+    let Some(loaded) = pass1_checkpoints::run(&mut sink, &log)? else {
+        return Ok(outcome(sink, live_log_blocks, None));
     };
+    timed(&mut sink, "1 (checkpoints)");
+    // Pass 6 needs only the tables: it runs beside passes 2 to 5 (on a second core).
     let mut claims = Claims::default();
-    let inodes = pass2_inodes::run(&mut sink, &log, &mut claims, &state)?;
-    let data_use = pass3_block_maps::run(&mut sink, &log, &mut claims, &inodes)?;
-    pass4_data_bitmaps::run(&mut sink, &state.tables, &inodes, &data_use);
-    pass5_segment_usage::run(&mut sink, &log, &mut claims, &state);
+    let (inodes, data_use, namespace, tree_sink) = std::thread::scope(|scope| {
+        let mut tree_sink = sink.side();
+        let (log6, loaded6) = (&log, &loaded);
+        let tree = scope.spawn(move || {
+            let t = std::time::Instant::now();
+            let ns = pass6_tree::run(&mut tree_sink, log6, loaded6, listed);
+            let took = t.elapsed();
+            tree_sink.note(|| format!("pass 6 (tree) took {:.1} ms", took.as_secs_f64() * 1e3));
+            (ns, tree_sink)
+        });
+        let mut rest = || -> Result<_> {
+            let inodes = pass2_inodes::run(&mut sink, &log, &mut claims, &loaded)?;
+            timed(&mut sink, "2 (inodes)");
+            let data_use = pass3_block_maps::run(&mut sink, &log, &mut claims, &inodes)?;
+            timed(&mut sink, "3 (block maps)");
+            pass4_data_bitmaps::run(&mut sink, &loaded.tables, &inodes, &data_use);
+            timed(&mut sink, "4 (data bitmaps)");
+            pass5_segment_usage::run(&mut sink, &log, &mut claims, &loaded);
+            timed(&mut sink, "5 (segment usage)");
+            Ok((inodes, data_use))
+        };
+        let rest = rest();
+        let (ns, tree_sink) = match tree.join() {
+            Ok(r) => r,
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        rest.map(|(i, d)| (i, d, ns, tree_sink))
+    })?;
+    sink.absorb(tree_sink);
+    let namespace = namespace?;
     live_log_blocks.extend(claims.addresses());
-    if let Some(tree) = pass6_tree::run(&mut sink, &log, &state, listed)? {
-        pass7_namespace::run(&mut sink, &tree, &inodes);
+    timed(&mut sink, "6 (tree, waited for)");
+    if let Some(ns) = &namespace {
+        pass7_namespace::run(&mut sink, ns, &inodes);
     }
-    Ok(outcome(sink, live_log_blocks))
+    timed(&mut sink, "7 (namespace)");
+    sink.note(|| {
+        format!(
+            "the check took {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        )
+    });
+    let state = State {
+        sb,
+        loaded,
+        inodes,
+        data_use,
+        namespace,
+        claims,
+    };
+    Ok(outcome(sink, live_log_blocks, Some(state)))
 }

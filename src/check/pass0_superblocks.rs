@@ -5,6 +5,7 @@
 //! superblock the check goes on (every later pass takes the geometry from the metadata one).
 
 use super::context::Sink;
+use super::findings::Finding;
 use crate::device::BlockDevice;
 use crate::format::superblock::{Role, Superblock, SB_SIZE};
 use crate::Result;
@@ -43,6 +44,7 @@ pub fn run(
         Ok(sb) => sb,
         Err(e) => {
             sink.error(NAME, format!("metadata device superblock is unusable: {e}"));
+            sink.found(Finding::PrimarySuperblock);
             return Ok(None);
         }
     };
@@ -52,6 +54,7 @@ pub fn run(
             "the metadata device holds a data-device superblock (devices given in the wrong \
              order?)",
         );
+        sink.found(Finding::NotAPair);
         return Ok(None);
     }
     let bs = sb.block_size as u64;
@@ -71,6 +74,7 @@ pub fn run(
     ] {
         let need = blocks.saturating_mul(bs);
         if dev.size() < need {
+            sink.found(Finding::DeviceTooSmall);
             sink.error(
                 NAME,
                 format!(
@@ -82,11 +86,14 @@ pub fn run(
     }
 
     // Superblock copies: identical to the primary, byte for byte.
+    let mut same = 0usize;
+    let mut differing: Vec<(u64, Vec<u8>)> = Vec::new();
     for &seg in &sb.copy_segments {
         let addr = seg.saturating_mul(sb.segment_blocks as u64);
         let raw = match read_raw(meta, addr.saturating_mul(bs))? {
             Ok(b) => b,
             Err(why) => {
+                // Past the end of the device: reported as a device too small.
                 sink.error(
                     NAME,
                     format!("superblock copy in segment {seg} (block {addr}) is missing: {why}"),
@@ -95,8 +102,10 @@ pub fn run(
             }
         };
         if raw == primary {
+            same += 1;
             continue;
         }
+        differing.push((seg, raw.clone()));
         match Superblock::decode(&raw) {
             Err(e) => sink.error(
                 NAME,
@@ -108,7 +117,41 @@ pub fn run(
             ),
         }
     }
+    judge_copies(sink, same, &differing);
     Ok(Some(Arc::new(sb)))
+}
+
+/// Which one lies, the primary or the copies that differ from it? Copies that are sound
+/// superblocks of their own and agree with each other, outnumbering the copies equal to the
+/// primary, make the primary the suspect (it is replaced by a copy). Otherwise the differing
+/// copies are rewritten, except where a log block sits: the primary's copy list might be the
+/// liar, and a rewrite there could destroy live metadata.
+fn judge_copies(sink: &mut Sink, same: usize, differing: &[(u64, Vec<u8>)]) {
+    let sound: Vec<&Vec<u8>> = differing
+        .iter()
+        .map(|(_, raw)| raw)
+        .filter(|raw| Superblock::decode(raw).is_ok_and(|c| c.role == Role::Meta))
+        .collect();
+    let most_agreeing = sound
+        .iter()
+        .map(|a| sound.iter().filter(|b| a == *b).count())
+        .max()
+        .unwrap_or(0);
+    if most_agreeing > same {
+        sink.found(Finding::PrimarySuperblock);
+        return;
+    }
+    for (seg, raw) in differing {
+        let log_block = matches!(
+            crate::format::get_u32(raw, 0),
+            crate::format::header::BLOCK_MAGIC | crate::format::summary::SS_MAGIC
+        );
+        if log_block && same == 0 {
+            sink.found(Finding::PrimarySuperblock);
+        } else {
+            sink.found(Finding::SuperblockCopy { segment: *seg });
+        }
+    }
 }
 
 /// The data device's superblock: decodes, says "data", and pairs with the metadata one.
@@ -117,6 +160,7 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
         Ok(b) => b,
         Err(why) => {
             sink.error(NAME, format!("data device has no superblock: {why}"));
+            sink.found(Finding::DeviceTooSmall);
             return Ok(());
         }
     };
@@ -124,11 +168,13 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
         Ok(d) => d,
         Err(e) => {
             sink.error(NAME, format!("data device superblock is unusable: {e}"));
+            sink.found(Finding::DataSuperblock { unusable: true });
             return Ok(());
         }
     };
     if dsb.role != Role::Data {
         sink.error(NAME, "the data device holds a metadata-device superblock");
+        sink.found(Finding::NotAPair);
     }
     // What mount's pairing test compares: a mismatch means another file system's device.
     let must_agree: [(&str, String, String); 5] = [
@@ -160,6 +206,7 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
     ];
     for (field, m, d) in must_agree {
         if m != d {
+            sink.found(Finding::NotAPair);
             sink.error(
                 NAME,
                 format!("the devices are not a pair: {field} is {m} on the metadata device, {d} on the data device"),
@@ -180,6 +227,7 @@ fn check_partner(sink: &mut Sink, sb: &Superblock, data: &dyn BlockDevice) -> Re
     ];
     for (field, same) in should_agree {
         if !same {
+            sink.found(Finding::DataSuperblock { unusable: false });
             sink.warning(NAME, format!("the superblocks disagree on the {field}"));
         }
     }

@@ -6,13 +6,20 @@
 //! the flag is normal crash recovery and only worth a warning.
 
 use super::context::{damage_or_failure, LogReader, Sink};
+use super::findings::Finding;
 use crate::format::checkpoint::{Checkpoint, CP_REGION_A, CP_REGION_B};
 use crate::format::meta::{decode_meta_block, SEG_ACTIVE};
-use crate::format::IFILE_ID;
-use crate::log::recovery::{load_tables, roll_forward};
-use crate::log::LogHead;
+use crate::format::superblock::Superblock;
+use crate::format::{BITMAP_ID, IFILE_ID, NODEMAP_ID};
+use crate::log::recovery::{load_tables, roll_forward_limited, RecoveryReport};
+use crate::log::{LogHead, LogWriter};
+use crate::meta::datamap::DataMap;
+use crate::meta::ifile::Ifile;
+use crate::meta::metafile::MetaFile;
+use crate::meta::nodemap::NodeMap;
 use crate::meta::Tables;
 use crate::Result;
+use std::sync::Arc;
 
 pub const NAME: &str = "checkpoints";
 
@@ -75,7 +82,7 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
             _ => None,
         })
         .max_by_key(|(_, cp)| cp.serial);
-    let Some((newest_region, cp)) = newest else {
+    let Some((newest_region, mut cp)) = newest else {
         let why: Vec<String> = regions
             .iter()
             .map(|(r, s)| match s {
@@ -111,6 +118,14 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
         &regions[0]
     };
     let other_name = region_name(*other_region);
+    let fallback_fine = match other {
+        Region::Valid(old) => old.serial.checked_add(1) == Some(cp.serial),
+        Region::Empty => cp.serial <= 1,
+        Region::Unusable(_) => false,
+    };
+    if !fallback_fine {
+        sink.found(Finding::FallbackCheckpoint);
+    }
     match other {
         Region::Valid(old) if old.serial.checked_add(1) != Some(cp.serial) => sink.warning(
             NAME,
@@ -140,47 +155,7 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
         ),
     }
 
-    // Where the log continues: roll-forward indexes the usage table by these segments.
-    let head_seg = log.segment_of(cp.log_head);
-    if head_seg == 0 || head_seg >= sb.segments {
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: log head {} is outside the log; nothing more can be checked",
-                cp.serial, cp.log_head
-            ),
-        );
-        return Ok(None);
-    }
-    if cp.next_segment == 0 || cp.next_segment >= sb.segments {
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: next segment {} is outside the log; nothing more can be checked",
-                cp.serial, cp.next_segment
-            ),
-        );
-        return Ok(None);
-    }
-    if cp.next_segment == head_seg {
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: the log continues in segment {head_seg}, the segment it is in",
-                cp.serial
-            ),
-        );
-    }
-    // The writer leaves a segment once fewer than 2 blocks remain, and skips a superblock copy.
-    if cp.log_head < sb.segment_start(head_seg) || sb.segment_end(head_seg) - cp.log_head < 2 {
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: log head {} is not a place a partial segment can start",
-                cp.serial, cp.log_head
-            ),
-        );
-    }
+    let mut head_ok = check_head(sink, &sb, &cp);
     if cp.next_node_id < 2 {
         sink.error(
             NAME,
@@ -189,26 +164,77 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
                 cp.serial, cp.next_node_id
             ),
         );
+        sink.found(Finding::NextNodeId);
     }
 
     let mut tables = match load_tables(&sb, log.device(), &cp) {
         Ok(t) => t,
         Err(e) => {
             let why = damage_or_failure(e)?;
-            sink.error(
-                NAME,
-                format!(
-                    "the tables of checkpoint {} cannot be loaded ({why}); nothing more can be \
-                     checked",
-                    cp.serial
-                ),
-            );
-            return Ok(None);
+            match load_tables_lenient(log, &cp)? {
+                Some(t) => {
+                    sink.error(
+                        NAME,
+                        format!(
+                            "the bitmap file of checkpoint {} is damaged ({why}); the check goes \
+                             on with the bitmaps as far as they can be read",
+                            cp.serial
+                        ),
+                    );
+                    sink.found(Finding::BitmapFile);
+                    t
+                }
+                None => {
+                    // The previous checkpoint, if it is still there, is a consistent state.
+                    let older = match other {
+                        Region::Valid(o) if o.serial < cp.serial => Some((**o).clone()),
+                        _ => None,
+                    };
+                    let loaded = match &older {
+                        Some(o) => match load_tables(&sb, log.device(), o) {
+                            Ok(t) => Some(t),
+                            Err(_) => load_tables_lenient(log, o)?,
+                        },
+                        None => None,
+                    };
+                    let (Some(o), Some(t)) = (older, loaded) else {
+                        sink.error(
+                            NAME,
+                            format!(
+                                "the tables of checkpoint {} cannot be loaded ({why}); nothing \
+                                 more can be checked",
+                                cp.serial
+                            ),
+                        );
+                        return Ok(None);
+                    };
+                    sink.error(
+                        NAME,
+                        format!(
+                            "the tables of checkpoint {} cannot be loaded ({why}); the check goes \
+                             on from the previous checkpoint, {} (mount fails until a repair \
+                             goes back to it)",
+                            cp.serial, o.serial
+                        ),
+                    );
+                    sink.found(Finding::OlderCheckpoint { newest: cp.serial });
+                    sink.stats.checkpoint_serial = o.serial;
+                    sink.stats.checkpoint_clean = o.is_clean();
+                    head_ok = check_head(sink, &sb, &o);
+                    cp = o;
+                    t
+                }
+            }
         }
     };
     let ifile_at_checkpoint = read_ifile_bodies(sink, log, &tables)?;
 
     // Figures the checkpoint repeats (informative; they only matter if nothing follows it).
+    if cp.live_inodes != tables.ifile.live_inodes
+        || cp.free_data_blocks != tables.data.committed_free()
+    {
+        sink.found(Finding::CheckpointFigures);
+    }
     if cp.live_inodes != tables.ifile.live_inodes {
         sink.warning(
             NAME,
@@ -229,9 +255,10 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
             ),
         );
     }
-    for seg in [head_seg, cp.next_segment] {
+    for seg in [sb.segment_of(cp.log_head), cp.next_segment] {
         let flags = tables.ifile.usage.get(seg as usize).map_or(0, |u| u.flags);
-        if flags & SEG_ACTIVE == 0 {
+        if flags & SEG_ACTIVE == 0 && head_ok {
+            sink.found(Finding::SegmentUsage);
             sink.warning(
                 NAME,
                 format!(
@@ -244,69 +271,253 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
     }
 
     // Roll forward in memory; the device is read-only (see BoundedDevice).
-    let head = match roll_forward(&sb, log.device(), &mut tables, &cp) {
-        Ok((head, rep)) => {
-            let s = &mut sink.stats;
-            s.transactions_rolled_forward = rep.transactions;
-            s.partial_segments_rolled_forward = rep.partial_segments;
-            s.partial_segments_discarded = rep.discarded;
-            let what = format!(
-                "{} transactions ({} partial segments, {} blocks) and {} partial segments of an \
-                 incomplete transaction",
-                rep.transactions, rep.partial_segments, rep.blocks, rep.discarded
-            );
-            if cp.is_clean() && (rep.transactions > 0 || rep.discarded > 0) {
-                sink.warning(
+    sink.progress(1, NAME, 0, 1);
+    let head = if !head_ok {
+        match fresh_head(&sb, &mut tables, &cp) {
+            Some(h) => h,
+            None => {
+                sink.error(
                     NAME,
-                    format!(
-                        "the log continues after clean checkpoint {}: {what}",
-                        cp.serial
-                    ),
+                    "no clean segment is left for the log to continue in; nothing more can be \
+                     checked",
                 );
-            } else if !cp.is_clean() {
-                sink.warning(
-                    NAME,
-                    format!(
-                        "not cleanly unmounted: after checkpoint {} the log holds {what} (the \
-                         latter discarded); the check covers the state after roll-forward",
-                        cp.serial
-                    ),
-                );
+                return Ok(None);
             }
-            sink.note(|| format!("roll-forward stopped: {}", rep.stop_reason));
-            head
         }
-        Err(e) => {
-            let why = damage_or_failure(e)?;
-            sink.error(
-                NAME,
-                format!(
-                    "roll-forward from checkpoint {} fails ({why}): mount would fail; the rest of \
-                     the check covers the state at the checkpoint",
-                    cp.serial
-                ),
-            );
-            tables = match load_tables(&sb, log.device(), &cp) {
-                Ok(t) => t,
-                Err(e) => {
-                    let why = damage_or_failure(e)?;
-                    sink.error(NAME, format!("reloading the tables fails: {why}"));
-                    return Ok(None);
+    } else {
+        let mut rep = RecoveryReport::default();
+        match roll_forward_limited(&sb, log.device(), &mut tables, &cp, None, &mut rep) {
+            Ok(head) => {
+                report_roll_forward(sink, &cp, &rep);
+                head
+            }
+            Err(e) => {
+                let why = damage_or_failure(e)?;
+                let applied = rep.transactions;
+                sink.error(
+                    NAME,
+                    format!(
+                        "roll-forward from checkpoint {} fails ({why}) at the transaction after \
+                         the first {applied}: mount would fail; the rest of the check covers the \
+                         state before that transaction",
+                        cp.serial
+                    ),
+                );
+                sink.found(Finding::RollForward { applied });
+                tables = match load_tables(&sb, log.device(), &cp) {
+                    Ok(t) => t,
+                    Err(_) => match load_tables_lenient(log, &cp)? {
+                        Some(t) => t,
+                        None => {
+                            sink.error(NAME, "reloading the tables fails");
+                            return Ok(None);
+                        }
+                    },
+                };
+                let mut rep = RecoveryReport::default();
+                let limited = roll_forward_limited(
+                    &sb,
+                    log.device(),
+                    &mut tables,
+                    &cp,
+                    Some(applied),
+                    &mut rep,
+                );
+                match limited {
+                    Ok(head) => {
+                        let s = &mut sink.stats;
+                        s.transactions_rolled_forward = rep.transactions;
+                        s.partial_segments_rolled_forward = rep.partial_segments;
+                        head
+                    }
+                    Err(e) => {
+                        let why = damage_or_failure(e)?;
+                        sink.error(
+                            NAME,
+                            format!("rolling the good transactions forward again fails: {why}"),
+                        );
+                        return Ok(None);
+                    }
                 }
-            };
-            LogHead {
-                addr: cp.log_head,
-                next_segment: cp.next_segment,
-                serial: cp.next_serial,
-                ckpt_serial: cp.serial,
             }
         }
     };
+    sink.progress(1, NAME, 1, 1);
     Ok(Some(Loaded {
         cp,
         tables,
         head,
         ifile_at_checkpoint,
+    }))
+}
+
+fn report_roll_forward(sink: &mut Sink, cp: &Checkpoint, rep: &RecoveryReport) {
+    let s = &mut sink.stats;
+    s.transactions_rolled_forward = rep.transactions;
+    s.partial_segments_rolled_forward = rep.partial_segments;
+    s.partial_segments_discarded = rep.discarded;
+    let what = format!(
+        "{} transactions ({} partial segments, {} blocks) and {} partial segments of an \
+         incomplete transaction",
+        rep.transactions, rep.partial_segments, rep.blocks, rep.discarded
+    );
+    if cp.is_clean() && (rep.transactions > 0 || rep.discarded > 0) {
+        sink.warning(
+            NAME,
+            format!(
+                "the log continues after clean checkpoint {}: {what}",
+                cp.serial
+            ),
+        );
+    } else if !cp.is_clean() {
+        sink.warning(
+            NAME,
+            format!(
+                "not cleanly unmounted: after checkpoint {} the log holds {what} (the \
+                 latter discarded); the check covers the state after roll-forward",
+                cp.serial
+            ),
+        );
+    }
+    sink.note(|| format!("roll-forward stopped: {}", rep.stop_reason));
+}
+
+/// The checkpoint's log head and next segment can be where the log continues (errors
+/// reported otherwise).
+fn check_head(sink: &mut Sink, sb: &Superblock, cp: &Checkpoint) -> bool {
+    // Where the log continues: roll-forward indexes the usage table by these segments. An
+    // unusable head leaves the log after the checkpoint unreachable: the check covers the
+    // state at the checkpoint, and the log goes on in a fresh segment (as a repair does).
+    let head_seg = sb.segment_of(cp.log_head);
+    let mut head_ok = true;
+    if head_seg == 0 || head_seg >= sb.segments {
+        sink.error(
+            NAME,
+            format!(
+                "checkpoint {}: log head {} is outside the log (whatever was written after the \
+                 checkpoint cannot be found)",
+                cp.serial, cp.log_head
+            ),
+        );
+        head_ok = false;
+    } else if cp.log_head < sb.segment_start(head_seg) || sb.segment_end(head_seg) - cp.log_head < 2
+    {
+        // The writer leaves a segment once fewer than 2 blocks remain, and skips a superblock copy.
+        sink.error(
+            NAME,
+            format!(
+                "checkpoint {}: log head {} is not a place a partial segment can start",
+                cp.serial, cp.log_head
+            ),
+        );
+        head_ok = false;
+    }
+    if cp.next_segment == 0 || cp.next_segment >= sb.segments {
+        sink.error(
+            NAME,
+            format!(
+                "checkpoint {}: next segment {} is outside the log",
+                cp.serial, cp.next_segment
+            ),
+        );
+        head_ok = false;
+    } else if cp.next_segment == head_seg {
+        sink.error(
+            NAME,
+            format!(
+                "checkpoint {}: the log continues in segment {head_seg}, the segment it is in",
+                cp.serial
+            ),
+        );
+        head_ok = false;
+    }
+    if !head_ok {
+        sink.found(Finding::LogHead);
+    }
+    head_ok
+}
+
+/// Where the log continues when the checkpoint's head cannot be used: the start of a clean
+/// segment, then another (both marked active, as roll-forward marks the head's).
+pub fn fresh_head(sb: &Superblock, tables: &mut Tables, cp: &Checkpoint) -> Option<LogHead> {
+    let first = LogWriter::pick_segment(sb, tables, 0, &[])?;
+    let next = LogWriter::pick_segment(sb, tables, first, &[first])?;
+    for seg in [first, next] {
+        tables.ifile.set_seg_flags(seg, SEG_ACTIVE, 0);
+    }
+    Some(LogHead {
+        addr: sb.segment_start(first),
+        next_segment: next,
+        serial: cp.next_serial,
+        ckpt_serial: cp.serial,
+    })
+}
+
+/// The tables of `cp` with a damaged bitmap file taken as far as it can be read (see
+/// `DataMap::decode_lenient`); None when the IFile or the node map cannot be loaded either.
+fn load_tables_lenient(log: &LogReader, cp: &Checkpoint) -> Result<Option<Tables>> {
+    let sb = &log.sb;
+    let bs = sb.block_size;
+    let mut read = |a: u64| -> Result<Vec<u8>> {
+        log.read(a)?
+            .map_err(|why| crate::FsError::corrupt("meta file", why))
+    };
+    // Strict for the IFile and node map (nothing can stand in for them).
+    let mut strict = |id: u64,
+                      inode: &crate::format::inode::DiskInode|
+     -> Result<Option<(MetaFile, Vec<Vec<u8>>)>> {
+        let Ok(mf) = MetaFile::load(id, bs, sb.meta_blocks, inode, &mut read) else {
+            return Ok(None);
+        };
+        let mut bodies = Vec::with_capacity(mf.blocks.len());
+        for (i, &a) in mf.blocks.iter().enumerate() {
+            let Ok(raw) = log.read(a)? else {
+                return Ok(None);
+            };
+            match decode_meta_block(&raw, id, i as u64) {
+                Ok(b) => bodies.push(b.to_vec()),
+                Err(_) => return Ok(None),
+            }
+        }
+        Ok(Some((mf, bodies)))
+    };
+    let Some((f, b)) = strict(IFILE_ID, &cp.ifile)? else {
+        return Ok(None);
+    };
+    let Ok(ifile) = Ifile::decode(f, bs, sb.segments, &b) else {
+        return Ok(None);
+    };
+    let Some((f, b)) = strict(NODEMAP_ID, &cp.nodemap)? else {
+        return Ok(None);
+    };
+    let Ok(nodes) = NodeMap::decode(f, bs, &b) else {
+        return Ok(None);
+    };
+    let file = MetaFile::load(BITMAP_ID, bs, sb.meta_blocks, &cp.bitmap, &mut read).ok();
+    let mut bodies = Vec::new();
+    if let Some(f) = &file {
+        for (i, &a) in f.blocks.iter().enumerate() {
+            let body = match log.read(a)? {
+                Ok(raw) => decode_meta_block(&raw, BITMAP_ID, i as u64)
+                    .ok()
+                    .map(|b| b.to_vec()),
+                Err(_) => None,
+            };
+            bodies.push(body);
+        }
+    }
+    let data = DataMap::decode_lenient(
+        file,
+        bs,
+        sb.data_blocks,
+        sb.blocks_per_group as u64,
+        &bodies,
+    );
+    Ok(Some(Tables {
+        sb: Arc::clone(sb),
+        ifile,
+        data,
+        nodes,
     }))
 }
 

@@ -10,8 +10,9 @@
 //! walking the maps once more (as e2fsck's pass 1B does), so memory stays one bit per block.
 
 use super::context::{Claims, LogReader, LogUse, Sink};
+use super::findings::{Finding, PtrAt};
 use super::pass2_inodes::{InodeInfo, Inodes};
-use crate::format::bmap::{child_index, max_blocks, tree_start};
+use crate::format::bmap::{child_index, max_blocks, path, tree_start, BlockPath};
 use crate::format::inode::{DiskInode, NDIRECT};
 use crate::format::meta::{
     decode_pointer_block, decode_symlink_block, pointers_per_block, symlink_bytes_per_block,
@@ -40,7 +41,11 @@ pub fn run(
     let mut referenced: BitVec<u64, Lsb0> = BitVec::repeat(false, data_blocks as usize);
     // Blocks seen a second time (their owners are looked up afterwards).
     let mut shared: BTreeSet<u64> = BTreeSet::new();
-    for (&ino, info) in &inodes.good {
+    let total = inodes.good.len() as u64;
+    for (done, (&ino, info)) in inodes.good.iter().enumerate() {
+        if done % 4096 == 0 {
+            sink.progress(3, NAME, done as u64, total);
+        }
         match info.kind() {
             Some(FileKind::Regular) => {
                 let mut w = Walk::new(log, ino, &info.disk, Mode::Check);
@@ -55,6 +60,7 @@ pub fn run(
             None => {} // reported by pass 2
         }
     }
+    sink.progress(3, NAME, total, total);
     if !shared.is_empty() {
         report_shared_blocks(sink, log, inodes, &shared)?;
     }
@@ -84,7 +90,24 @@ fn report_shared_blocks(
             }
         })?;
     }
+    let p = pointers_per_block(log.sb.block_size) as u64;
     for (block, users) in owners {
+        // The first owner keeps it; every other use of it goes.
+        for &(ino, file_block) in users.iter().skip(1) {
+            let at = match path(file_block, p) {
+                Some(BlockPath::Direct(k)) => PtrAt::Direct(k),
+                Some(BlockPath::Indirect { steps, .. }) => {
+                    let last = steps[steps.len() - 1];
+                    PtrAt::Slot {
+                        level: last.level,
+                        index: last.index,
+                        slot: last.slot,
+                    }
+                }
+                None => continue,
+            };
+            sink.found(Finding::ClearPointer { ino, at });
+        }
         let who: Vec<String> = users
             .iter()
             .map(|(ino, fb)| format!("inode {ino} (file block {fb})"))
@@ -123,6 +146,9 @@ struct Walk<'a, 'b> {
     indirect_found: u64,
     /// Some indirect block could not be read: the counts are incomplete.
     incomplete: bool,
+    /// One past the last file block something is mapped at (an indirect block counts for
+    /// the first block it maps).
+    mapped_end: u64,
 }
 
 impl<'a, 'b> Walk<'a, 'b> {
@@ -138,6 +164,13 @@ impl<'a, 'b> Walk<'a, 'b> {
             data_found: 0,
             indirect_found: 0,
             incomplete: false,
+            mapped_end: 0,
+        }
+    }
+
+    fn found(&self, sink: &mut Sink, f: Finding) {
+        if self.mode == Mode::Check {
+            sink.found(f);
         }
     }
 
@@ -166,7 +199,7 @@ impl<'a, 'b> Walk<'a, 'b> {
         }
         for (k, &a) in self.d.direct.iter().enumerate() {
             if a != 0 {
-                self.data(sink, k as u64, a, found);
+                self.data(sink, k as u64, a, PtrAt::Direct(k), found);
             }
         }
         for tree in 0..3 {
@@ -178,9 +211,31 @@ impl<'a, 'b> Walk<'a, 'b> {
                     tree as u8 + 1,
                     tree_start(tree, self.p),
                     top,
+                    PtrAt::Top(tree),
                     found,
                 )?;
             }
+        }
+        let bs = self.log.block_size();
+        if self.d.size > largest {
+            let size = self.mapped_end.saturating_mul(bs).min(largest);
+            self.found(sink, Finding::SizeTooLarge { ino, size });
+        } else if self.mapped_end > self.end_block {
+            self.found(
+                sink,
+                Finding::SizeTooSmall {
+                    ino,
+                    size: self.mapped_end.saturating_mul(bs).min(largest),
+                },
+            );
+        }
+        if self.mode == Mode::Check
+            && (self.incomplete
+                || self.data_found != self.d.blocks
+                || self.indirect_found != self.d.meta_blocks)
+        {
+            // Pointers that go are not counted: the repair counts what is left.
+            sink.found(Finding::BlockCounts { ino });
         }
         if self.mode == Mode::Check && !self.incomplete {
             if self.data_found != self.d.blocks {
@@ -205,9 +260,19 @@ impl<'a, 'b> Walk<'a, 'b> {
         Ok(())
     }
 
-    /// File block `file_block` is at data address `a` (not 0).
-    fn data(&mut self, sink: &mut Sink, file_block: u64, a: u64, found: &mut dyn FnMut(u64, u64)) {
+    /// File block `file_block` is at data address `a` (not 0), named by the pointer at `at`.
+    fn data(
+        &mut self,
+        sink: &mut Sink,
+        file_block: u64,
+        a: u64,
+        at: PtrAt,
+        found: &mut dyn FnMut(u64, u64),
+    ) {
         self.data_found += 1;
+        if a < self.log.sb.data_blocks {
+            self.mapped_end = self.mapped_end.max(file_block + 1);
+        }
         if file_block >= self.end_block {
             self.problem(
                 sink,
@@ -227,11 +292,13 @@ impl<'a, 'b> Walk<'a, 'b> {
                     self.ino, self.log.sb.data_blocks
                 ),
             );
+            self.found(sink, Finding::ClearPointer { ino: self.ino, at });
             return;
         }
         found(a, file_block);
     }
 
+    #[allow(clippy::too_many_arguments)]
     /// Indirect block (`level`, `index`) at log address `addr`, named by its parent. The level
     /// strictly decreases on the way down, so recursion is at most three deep.
     fn indirect(
@@ -241,10 +308,12 @@ impl<'a, 'b> Walk<'a, 'b> {
         level: u8,
         index: u64,
         addr: u64,
+        at: PtrAt,
         found: &mut dyn FnMut(u64, u64),
     ) -> Result<()> {
         let ino = self.ino;
         self.indirect_found += 1;
+        let clear = Finding::ClearPointer { ino, at };
         let name = format!("inode {ino}: level-{level} indirect block for file block {index}");
         if index >= self.end_block {
             self.problem(
@@ -258,11 +327,7 @@ impl<'a, 'b> Walk<'a, 'b> {
         if self.mode == Mode::Check {
             if let Some(why) = self.log.bad_address(addr) {
                 sink.error(NAME, format!("{name}: {why}"));
-                self.incomplete = true;
-                return Ok(());
-            }
-            if let Err(other) = claims.claim_block(addr, LogUse::Indirect { ino, level, index }) {
-                sink.error(NAME, format!("{name}: log block {addr} is already {other}"));
+                sink.found(clear);
                 self.incomplete = true;
                 return Ok(());
             }
@@ -274,24 +339,37 @@ impl<'a, 'b> Walk<'a, 'b> {
                 return Ok(());
             }
         };
+        // Only a block that is what the pointer asks for is claimed: a pointer into another
+        // file's block must not take it from its owner.
         let want = BlockHeader::new(BlockKind::Indirect, level, ino, index);
         let ptrs = match decode_pointer_block(&raw, want) {
             Ok(p) => p,
             Err(e) => {
                 self.problem(sink, format!("{name} at {addr}: {e}"));
+                self.found(sink, clear);
                 self.incomplete = true;
                 return Ok(());
             }
         };
+        if self.mode == Mode::Check {
+            if let Err(other) = claims.claim_block(addr, LogUse::Indirect { ino, level, index }) {
+                sink.error(NAME, format!("{name}: log block {addr} is already {other}"));
+                sink.found(clear);
+                self.incomplete = true;
+                return Ok(());
+            }
+        }
+        self.mapped_end = self.mapped_end.max(index + 1);
         for (slot, &child) in ptrs.iter().enumerate() {
             if child == 0 {
                 continue;
             }
             let child_index = child_index(level, index, slot, self.p);
+            let at = PtrAt::Slot { level, index, slot };
             if level == 1 {
-                self.data(sink, child_index, child, found);
+                self.data(sink, child_index, child, at, found);
             } else {
-                self.indirect(sink, claims, level - 1, child_index, child, found)?;
+                self.indirect(sink, claims, level - 1, child_index, child, at, found)?;
             }
         }
         Ok(())
@@ -312,9 +390,11 @@ fn symlink(
             NAME,
             format!("inode {ino}: symlink target of {} bytes", d.size),
         );
+        sink.found(Finding::BadSymlink { ino });
         return Ok(());
     }
     if d.blocks != 0 {
+        sink.found(Finding::BlockCounts { ino });
         sink.error(
             NAME,
             format!(
@@ -325,6 +405,7 @@ fn symlink(
     }
     if let Some(target) = &d.inline {
         if d.meta_blocks != 0 {
+            sink.found(Finding::BlockCounts { ino });
             sink.error(
                 NAME,
                 format!(
@@ -348,6 +429,10 @@ fn symlink(
         let a = d.direct[k as usize];
         if k >= nblocks {
             if a != 0 {
+                sink.found(Finding::ClearPointer {
+                    ino,
+                    at: PtrAt::Direct(k as usize),
+                });
                 sink.error(
                     NAME,
                     format!(
@@ -360,28 +445,39 @@ fn symlink(
         }
         if a == 0 {
             sink.error(NAME, format!("inode {ino}: symlink block {k} is missing"));
+            sink.found(Finding::BadSymlink { ino });
             continue;
         }
         if let Some(why) = log.bad_address(a) {
             sink.error(NAME, format!("inode {ino}: symlink block {k}: {why}"));
-            continue;
-        }
-        if let Err(other) = claims.claim_block(a, LogUse::Symlink { ino, index: k }) {
-            sink.error(
-                NAME,
-                format!("inode {ino}: symlink block {k} at {a} is already {other}"),
-            );
+            sink.found(Finding::BadSymlink { ino });
             continue;
         }
         let raw = match log.read(a)? {
             Ok(b) => b,
             Err(why) => {
                 sink.error(NAME, format!("inode {ino}: symlink block {k}: {why}"));
+                sink.found(Finding::BadSymlink { ino });
                 continue;
             }
         };
-        match decode_symlink_block(&raw, ino, k) {
-            Err(e) => sink.error(NAME, format!("inode {ino}: symlink block {k} at {a}: {e}")),
+        // Claimed only once it is the block asked for (see `Walk::indirect`).
+        let decoded = decode_symlink_block(&raw, ino, k);
+        if decoded.is_ok() {
+            if let Err(other) = claims.claim_block(a, LogUse::Symlink { ino, index: k }) {
+                sink.found(Finding::BadSymlink { ino });
+                sink.error(
+                    NAME,
+                    format!("inode {ino}: symlink block {k} at {a} is already {other}"),
+                );
+                continue;
+            }
+        }
+        match decoded {
+            Err(e) => {
+                sink.error(NAME, format!("inode {ino}: symlink block {k} at {a}: {e}"));
+                sink.found(Finding::BadSymlink { ino });
+            }
             Ok(body) => {
                 let len = (d.size - k * per).min(per) as usize;
                 if body[..len].contains(&0) {
@@ -393,10 +489,19 @@ fn symlink(
             }
         }
     }
+    for tree in 0..3 {
+        if d.indirect[tree] != 0 {
+            sink.found(Finding::ClearPointer {
+                ino,
+                at: PtrAt::Top(tree),
+            });
+        }
+    }
     if d.indirect.iter().any(|&a| a != 0) {
         sink.error(NAME, format!("inode {ino}: symlink with indirect pointers"));
     }
     if d.meta_blocks != nblocks {
+        sink.found(Finding::BlockCounts { ino });
         sink.error(
             NAME,
             format!(
@@ -415,7 +520,11 @@ fn owns_nothing(sink: &mut Sink, ino: u64, kind: FileKind, d: &DiskInode) {
     } else {
         "special file"
     };
-    if d.direct.iter().chain(d.indirect.iter()).any(|&a| a != 0) {
+    let pointers = d.direct.iter().chain(d.indirect.iter()).any(|&a| a != 0);
+    if pointers || d.blocks != 0 || d.meta_blocks != 0 {
+        sink.found(Finding::OwnsBlocks { ino });
+    }
+    if pointers {
         sink.error(NAME, format!("inode {ino}: a {what} with block pointers"));
     }
     if d.blocks != 0 || d.meta_blocks != 0 {

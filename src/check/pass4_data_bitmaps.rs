@@ -5,6 +5,7 @@
 //! allocation corrupts that file) are reported separately, as runs.
 
 use super::context::Sink;
+use super::findings::Finding;
 use super::pass2_inodes::Inodes;
 use super::pass3_block_maps::DataUse;
 use crate::fs::FileKind;
@@ -49,6 +50,9 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
     let mut unallocated = Runs::default();
     let mut allocated_in_group = vec![0u64; groups as usize];
     for b in 0..map.data_blocks {
+        if b % (1 << 20) == 0 {
+            sink.progress(4, NAME, b, map.data_blocks);
+        }
         let allocated = map.is_committed(b);
         let used = b == 0 || data_use.referenced.get(b as usize).is_some_and(|bit| *bit);
         if allocated {
@@ -63,7 +67,10 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
             unallocated.add(b);
         }
     }
+    sink.progress(4, NAME, map.data_blocks, map.data_blocks);
+    let wrong_before = sink.findings.len();
     for &(start, len) in &leaked.0 {
+        sink.found(Finding::DataBitmaps);
         let (blocks, them) = blocks_are(start, len);
         sink.error(
             NAME,
@@ -71,6 +78,7 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
         );
     }
     for &(start, len) in &unallocated.0 {
+        sink.found(Finding::DataBitmaps);
         let whose = if start == 0 {
             "the data superblock's"
         } else {
@@ -98,6 +106,7 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
         let g = g as u64;
         let free = map.group_len(g) - allocated_in_group[g as usize];
         if gd.free_blocks as u64 != free {
+            sink.found(Finding::DataBitmaps);
             sink.error(
                 NAME,
                 format!(
@@ -108,6 +117,7 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
         }
         let dirs = dirs_by_group.get(&g).copied().unwrap_or(0);
         if gd.dirs as u64 != dirs {
+            sink.found(Finding::DataBitmaps);
             sink.warning(
                 NAME,
                 format!(
@@ -118,6 +128,7 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
             );
         }
         if gd.flags != 0 {
+            sink.found(Finding::DataBitmaps);
             sink.warning(
                 NAME,
                 format!("group {g}: descriptor flags {:#x}, not 0", gd.flags),
@@ -129,6 +140,7 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
         .filter(|&b| !map.is_committed(b))
         .count();
     if clear_padding > 0 {
+        sink.found(Finding::DataBitmaps);
         sink.error(
             NAME,
             format!(
@@ -136,5 +148,10 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
                  as free"
             ),
         );
+    }
+    // One finding is enough: the repair rebuilds everything.
+    if sink.findings.len() > wrong_before {
+        sink.findings.truncate(wrong_before);
+        sink.found(Finding::DataBitmaps);
     }
 }

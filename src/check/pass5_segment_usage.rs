@@ -7,6 +7,7 @@
 //! may lie where the log writes next.
 
 use super::context::{list, Claims, LogReader, LogUse, Sink};
+use super::findings::Finding;
 use super::pass1_checkpoints::Loaded;
 use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED, SEG_SUPERBLOCK};
 use crate::format::{BITMAP_ID, IFILE_ID, INODE_SIZE, NODEMAP_ID};
@@ -15,6 +16,7 @@ use crate::meta::metafile::MetaFile;
 pub const NAME: &str = "segment usage";
 
 pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded) {
+    sink.progress(5, NAME, 0, 1);
     let t = &state.tables;
     for (id, &addr) in t.nodes.addrs.iter().enumerate() {
         if addr != 0 {
@@ -45,10 +47,12 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
     }
 
     let head_seg = log.segment_of(state.head.addr);
+    let mut wrong = false;
     for (s, u) in t.ifile.usage.iter().enumerate() {
         let s = s as u64;
         let counted = live.get(s as usize).copied().unwrap_or(0);
         if u.live_bytes as u64 != counted {
+            wrong = true;
             sink.error(
                 NAME,
                 format!(
@@ -60,6 +64,7 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
         }
         let f = u.flags;
         if (s == 0) != (f & SEG_RESERVED != 0) {
+            wrong = true;
             sink.error(
                 NAME,
                 format!(
@@ -70,6 +75,7 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
         }
         let has_copy = log.sb.copy_segments.contains(&s);
         if has_copy != (f & SEG_SUPERBLOCK != 0) {
+            wrong = true;
             sink.error(
                 NAME,
                 format!(
@@ -80,6 +86,7 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
             );
         }
         if counted > 0 && f & (SEG_DIRTY | SEG_ACTIVE) == 0 {
+            wrong = true;
             sink.error(
                 NAME,
                 format!(
@@ -89,6 +96,7 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
             );
         }
         if f & SEG_ACTIVE != 0 && s != head_seg && s != state.head.next_segment {
+            wrong = true;
             sink.warning(
                 NAME,
                 format!(
@@ -98,6 +106,7 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
         }
         let known = SEG_DIRTY | SEG_ACTIVE | SEG_SUPERBLOCK | SEG_RESERVED;
         if f & !known != 0 {
+            wrong = true;
             sink.warning(
                 NAME,
                 format!("segment {s}: unknown flags {:#x}", f & !known),
@@ -116,6 +125,7 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
         .map(|(a, _)| a)
         .collect();
     if !in_the_way.is_empty() {
+        sink.found(Finding::LogInTheWay);
         in_the_way.sort_unstable();
         sink.error(
             NAME,
@@ -127,6 +137,10 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
             ),
         );
     }
+    if wrong {
+        sink.found(Finding::SegmentUsage);
+    }
+    sink.progress(5, NAME, 1, 1);
 }
 
 fn on_off(flags: u32, bit: u32) -> &'static str {
@@ -140,8 +154,10 @@ fn on_off(flags: u32, bit: u32) -> &'static str {
 fn claim(sink: &mut Sink, log: &LogReader, claims: &mut Claims, addr: u64, what: LogUse) {
     if let Some(why) = log.bad_address(addr) {
         sink.error(NAME, format!("{what}: {why}"));
+        sink.found(Finding::SegmentUsage);
     } else if let Err(other) = claims.claim_block(addr, what) {
         sink.error(NAME, format!("{what}: log block {addr} is already {other}"));
+        sink.found(Finding::SegmentUsage);
     }
 }
 

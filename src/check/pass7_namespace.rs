@@ -7,11 +7,12 @@
 //! '..' chains lead to the root without loops.
 
 use super::context::{list, Sink};
+use super::findings::Finding;
 use super::pass2_inodes::{InodeInfo, Inodes};
 use super::pass6_tree::Namespace;
 use crate::format::{NAME_MAX, ROOT_INO};
 use crate::fs::FileKind;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 
 pub const NAME: &str = "namespace";
 
@@ -32,13 +33,67 @@ fn kind_name(code: u8) -> String {
 }
 
 pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
-    let mut entries_in: HashMap<u64, u64> = HashMap::new();
-    let mut subdirs_in: HashMap<u64, u64> = HashMap::new();
-    // Who names each inode (the directories holding its entries), and what each names.
-    let mut names_of: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
-    for e in &ns.entries {
-        let at = format!("entry '{}' in directory {}", e.name.escape_ascii(), e.dir);
+    let before = sink.problems_count();
+    check(sink, ns, inodes);
+    if sink.problems_count() > before {
+        sink.found(Finding::Namespace);
+    }
+}
+
+/// Per-inode counts, dense by inode number (numbers at or past `len` are never allocated).
+struct Counts {
+    entries_in: Vec<u32>,
+    subdirs_in: Vec<u32>,
+    names: Vec<u32>,
+    /// The directory holding the first name seen (0: none).
+    first_holder: Vec<u64>,
+}
+
+impl Counts {
+    fn new(len: usize) -> Counts {
+        Counts {
+            entries_in: vec![0; len],
+            subdirs_in: vec![0; len],
+            names: vec![0; len],
+            first_holder: vec![0; len],
+        }
+    }
+}
+
+fn bump(v: &mut [u32], i: u64) {
+    if let Some(x) = v.get_mut(i as usize) {
+        *x = x.saturating_add(1);
+    }
+}
+
+fn at(v: &[u32], i: u64) -> u64 {
+    v.get(i as usize).copied().unwrap_or(0) as u64
+}
+
+/// The directories holding the names of `ino` (rare: for messages only).
+fn holders_of(ns: &Namespace, ino: u64) -> Vec<u64> {
+    ns.entries
+        .iter()
+        .filter(|e| e.ino == ino)
+        .map(|e| e.dir)
+        .collect()
+}
+
+fn check(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
+    let len = inodes
+        .good
+        .keys()
+        .last()
+        .copied()
+        .max(inodes.unreadable.iter().next_back().copied())
+        .map_or(0, |m| m as usize + 1);
+    let mut c = Counts::new(len);
+    let total = ns.entries.len() as u64;
+    for (done, e) in ns.entries.iter().enumerate() {
+        if done % 65536 == 0 {
+            sink.progress(7, NAME, done as u64, total);
+        }
+        let at = || format!("entry '{}' in directory {}", e.name.escape_ascii(), e.dir);
         if e.name.is_empty()
             || e.name.len() > NAME_MAX
             || e.name.contains(&b'/')
@@ -46,81 +101,102 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
             || e.name == b"."
             || e.name == b".."
         {
-            sink.error(NAME, format!("{at}: illegal name ({} bytes)", e.name.len()));
+            sink.error(
+                NAME,
+                format!("{}: illegal name ({} bytes)", at(), e.name.len()),
+            );
         }
         let hash = ns.tree.hash(&e.name);
         if e.hash != hash {
             sink.error(
                 NAME,
                 format!(
-                    "{at}: stored hash {:#x}, the name hashes to {hash:#x}",
+                    "{}: stored hash {:#x}, the name hashes to {hash:#x}",
+                    at(),
                     e.hash
                 ),
             );
         }
-        match inodes.good.get(&e.dir) {
-            Some(d) if is_dir(d) => {}
-            Some(_) => sink.error(NAME, format!("{at}: inode {} is not a directory", e.dir)),
+        // Type codes come from a byte array: this loop runs once per entry and must not
+        // touch each inode's whole record.
+        let dir_code = FileKind::Directory.code();
+        match inodes.good.kind_code(e.dir) {
+            Some(k) if k == dir_code => {}
+            Some(_) => sink.error(
+                NAME,
+                format!("{}: inode {} is not a directory", at(), e.dir),
+            ),
+            None if inodes.good.contains_key(&e.dir) => sink.error(
+                NAME,
+                format!("{}: inode {} is not a directory", at(), e.dir),
+            ),
             None if inodes.unreadable.contains(&e.dir) => {}
             None => sink.error(
                 NAME,
-                format!("{at}: directory {} is not an allocated inode", e.dir),
+                format!("{}: directory {} is not an allocated inode", at(), e.dir),
             ),
         }
-        *entries_in.entry(e.dir).or_default() += 1;
-        let names_dir = match inodes.good.get(&e.ino) {
-            Some(target) => {
-                let code = target.kind().map(|k| k.code());
+        bump(&mut c.entries_in, e.dir);
+        let target = inodes
+            .good
+            .kind_code(e.ino)
+            .map(Some)
+            .or_else(|| inodes.good.contains_key(&e.ino).then_some(None));
+        let names_dir = match target {
+            Some(code) => {
                 if code != Some(e.kind) {
                     sink.error(
                         NAME,
                         format!(
-                            "{at} says inode {} is a {}, but it is a {}",
+                            "{} says inode {} is a {}, but it is a {}",
+                            at(),
                             e.ino,
                             kind_name(e.kind),
                             kind_name(code.unwrap_or(0))
                         ),
                     );
                 }
-                is_dir(target)
+                code == Some(dir_code)
             }
             None if inodes.unreadable.contains(&e.ino) => e.kind == FileKind::Directory.code(),
             None => {
                 sink.error(
                     NAME,
-                    format!("{at} names inode {}, which is not allocated", e.ino),
+                    format!("{} names inode {}, which is not allocated", at(), e.ino),
                 );
                 false
             }
         };
         if names_dir {
-            *subdirs_in.entry(e.dir).or_default() += 1;
+            bump(&mut c.subdirs_in, e.dir);
         }
-        names_of.entry(e.ino).or_default().push(e.dir);
-        children.entry(e.dir).or_default().push(e.ino);
+        bump(&mut c.names, e.ino);
+        if let Some(h) = c.first_holder.get_mut(e.ino as usize) {
+            if *h == 0 {
+                *h = e.dir;
+            }
+        }
     }
 
-    let no_names: Vec<u64> = Vec::new();
     for (&ino, info) in &inodes.good {
-        let names = names_of.get(&ino).unwrap_or(&no_names);
-        if unlinked(info, names.len()) {
+        let names = at(&c.names, ino) as usize;
+        if unlinked(info, names) {
             continue;
         }
         let d = &info.disk;
         if !is_dir(info) {
-            if d.nlink as usize != names.len() {
+            if d.nlink as usize != names {
                 sink.error(
                     NAME,
                     format!(
-                        "inode {ino} has {} links but {} entries name it",
-                        d.nlink,
-                        names.len()
+                        "inode {ino} has {} links but {names} entries name it",
+                        d.nlink
                     ),
                 );
             }
             continue;
         }
-        let count = entries_in.get(&ino).copied().unwrap_or(0);
+        let count = at(&c.entries_in, ino);
         if d.size != count {
             sink.error(
                 NAME,
@@ -130,7 +206,7 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
                 ),
             );
         }
-        let subdirs = subdirs_in.get(&ino).copied().unwrap_or(0);
+        let subdirs = at(&c.subdirs_in, ino);
         if d.nlink as u64 != 2 + subdirs {
             sink.error(
                 NAME,
@@ -148,25 +224,25 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
                     format!("the root directory's '..' is {}, not itself", d.parent),
                 );
             }
-            if !names.is_empty() {
+            if names > 0 {
                 sink.error(
                     NAME,
                     format!(
                         "the root directory is named by entries in directories {}",
-                        list(names, 8)
+                        list(&holders_of(ns, ino), 8)
                     ),
                 );
             }
-        } else if names.len() > 1 {
+        } else if names > 1 {
             sink.error(
                 NAME,
                 format!(
-                    "directory {ino} has {} names (in directories {}); directories have one",
-                    names.len(),
-                    list(names, 8)
+                    "directory {ino} has {names} names (in directories {}); directories have one",
+                    list(&holders_of(ns, ino), 8)
                 ),
             );
-        } else if let Some(&holder) = names.first() {
+        } else if names == 1 {
+            let holder = c.first_holder[ino as usize];
             if d.parent != holder {
                 sink.error(
                     NAME,
@@ -186,43 +262,61 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
         None => sink.error(NAME, "the root directory (inode 1) is not allocated"),
     }
 
-    reachability(sink, inodes, &names_of, &children);
-    dotdot_chains(sink, inodes, &names_of);
+    reachability(sink, ns, inodes, &c, len);
+    dotdot_chains(sink, inodes, &c, len);
+    sink.progress(7, NAME, total, total);
 }
 
 /// Everything allocated can be found from the root through directories.
-fn reachability(
-    sink: &mut Sink,
-    inodes: &Inodes,
-    names_of: &BTreeMap<u64, Vec<u64>>,
-    children: &HashMap<u64, Vec<u64>>,
-) {
-    let mut reached: HashSet<u64> = HashSet::new();
+fn reachability(sink: &mut Sink, ns: &Namespace, inodes: &Inodes, c: &Counts, len: usize) {
+    // Each directory's entries: the ranges of `ns.entries` it holds (they come in key
+    // order, so usually one range per directory).
+    let mut ranges: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
+    let mut i = 0;
+    while i < ns.entries.len() {
+        let dir = ns.entries[i].dir;
+        let mut j = i + 1;
+        while j < ns.entries.len() && ns.entries[j].dir == dir {
+            j += 1;
+        }
+        ranges.entry(dir).or_default().push((i, j));
+        i = j;
+    }
+    let mut reached = vec![false; len];
     let mut queue = Vec::new();
     if inodes.good.get(&ROOT_INO).is_some_and(is_dir) {
-        reached.insert(ROOT_INO);
+        reached[ROOT_INO as usize] = true;
         queue.push(ROOT_INO);
     }
     // Each directory is queued once (when first reached), so this ends.
     while let Some(dir) = queue.pop() {
-        for &child in children.get(&dir).map(|v| v.as_slice()).unwrap_or(&[]) {
-            if reached.insert(child) && inodes.good.get(&child).is_some_and(is_dir) {
-                queue.push(child);
+        for &(from, to) in ranges.get(&dir).map(|v| v.as_slice()).unwrap_or(&[]) {
+            for e in &ns.entries[from..to] {
+                let child = e.ino;
+                let Some(r) = reached.get_mut(child as usize) else {
+                    continue; // never allocated
+                };
+                if !*r {
+                    *r = true;
+                    if inodes.good.is_dir(child) {
+                        queue.push(child);
+                    }
+                }
             }
         }
     }
     for (&ino, info) in &inodes.good {
-        let names = names_of.get(&ino).map(|v| v.as_slice()).unwrap_or(&[]);
-        if reached.contains(&ino) || unlinked(info, names.len()) {
+        let names = at(&c.names, ino) as usize;
+        if reached[ino as usize] || unlinked(info, names) {
             continue;
         }
         let kind = info.kind().map(|k| k.code()).unwrap_or(0);
-        let why = if names.is_empty() {
+        let why = if names == 0 {
             "no entry names it".to_string()
         } else {
             format!(
                 "it is named only in unreachable directories {}",
-                list(names, 8)
+                list(&holders_of(ns, ino), 8)
             )
         };
         sink.error(
@@ -237,30 +331,28 @@ fn reachability(
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Chain {
-    /// On the walk in progress.
-    OnPath,
-    ReachesRoot,
-    Broken,
-}
+const UNSEEN: u8 = 0;
+const ON_PATH: u8 = 1;
+const REACHES_ROOT: u8 = 2;
+const BROKEN: u8 = 3;
 
 /// Following '..' from any directory reaches the root. Each directory's state is settled
 /// once, so all walks together take one step per directory.
-fn dotdot_chains(sink: &mut Sink, inodes: &Inodes, names_of: &BTreeMap<u64, Vec<u64>>) {
-    let mut state: HashMap<u64, Chain> = HashMap::new();
+fn dotdot_chains(sink: &mut Sink, inodes: &Inodes, c: &Counts, len: usize) {
+    let mut state = vec![UNSEEN; len];
+    let get = |state: &[u8], i: u64| state.get(i as usize).copied().unwrap_or(UNSEEN);
     for (&start, info) in &inodes.good {
-        let names = names_of.get(&start).map_or(0, |v| v.len());
-        if !is_dir(info) || unlinked(info, names) || state.contains_key(&start) {
+        let names = at(&c.names, start) as usize;
+        if !is_dir(info) || unlinked(info, names) || get(&state, start) != UNSEEN {
             continue;
         }
         let mut path: Vec<u64> = Vec::new();
         let mut cur = start;
         let outcome = loop {
-            match state.get(&cur) {
-                Some(Chain::ReachesRoot) => break Chain::ReachesRoot,
-                Some(Chain::Broken) => break Chain::Broken,
-                Some(Chain::OnPath) => {
+            match get(&state, cur) {
+                REACHES_ROOT => break REACHES_ROOT,
+                BROKEN => break BROKEN,
+                ON_PATH => {
                     let from = path.iter().position(|&d| d == cur).unwrap_or(0);
                     let cycle: Vec<String> = path[from..]
                         .iter()
@@ -275,17 +367,17 @@ fn dotdot_chains(sink: &mut Sink, inodes: &Inodes, names_of: &BTreeMap<u64, Vec<
                             cycle.join(" -> ")
                         ),
                     );
-                    break Chain::Broken;
+                    break BROKEN;
                 }
-                None => {}
+                _ => {}
             }
             if cur == ROOT_INO {
-                state.insert(cur, Chain::ReachesRoot);
-                break Chain::ReachesRoot;
+                state[cur as usize] = REACHES_ROOT;
+                break REACHES_ROOT;
             }
             match inodes.good.get(&cur) {
                 Some(d) if is_dir(d) => {
-                    state.insert(cur, Chain::OnPath);
+                    state[cur as usize] = ON_PATH;
                     path.push(cur);
                     cur = d.disk.parent;
                 }
@@ -302,12 +394,12 @@ fn dotdot_chains(sink: &mut Sink, inodes: &Inodes, names_of: &BTreeMap<u64, Vec<
                             format!("directory {child}: '..' names inode {cur}, which is {what}"),
                         );
                     }
-                    break Chain::Broken;
+                    break BROKEN;
                 }
             }
         };
         for d in path {
-            state.insert(d, outcome);
+            state[d as usize] = outcome;
         }
     }
 }

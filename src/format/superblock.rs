@@ -127,6 +127,13 @@ impl Superblock {
         if meta_blocks >= 1 << 48 || data_blocks >= 1 << 48 {
             return Err(bad("device larger than 2^48 blocks".into()));
         }
+        // Every group has a bitmap block in the log: more groups than log blocks cannot be
+        // (and the tables for them would exhaust memory before anything noticed).
+        if groups > meta_blocks {
+            return Err(bad(format!(
+                "{groups} groups, more than the {meta_blocks} blocks of the log"
+            )));
+        }
         if get_u32(b, 96) as usize != INODE_SIZE {
             return Err(bad(format!("inode size {}", get_u32(b, 96))));
         }
@@ -138,7 +145,13 @@ impl Superblock {
             .iter()
             .position(|&c| c == 0)
             .unwrap_or(LABEL_LEN);
-        let label = String::from_utf8_lossy(&label_bytes[..label_end]).into_owned();
+        // mkfs writes UTF-8; anything else is shown with replacement characters, cut back to
+        // what fits the field (each replacement takes 3 bytes: uncut, encoding it again
+        // would not fit and panicked).
+        let mut label = String::from_utf8_lossy(&label_bytes[..label_end]).into_owned();
+        while label.len() > LABEL_LEN {
+            label.pop();
+        }
         let ncopies = get_u32(b, 136) as usize;
         if ncopies > MAX_SB_COPIES {
             return Err(bad(format!("{ncopies} superblock copies")));
@@ -264,5 +277,30 @@ mod tests {
     fn copies_on_small_logs() {
         assert_eq!(Superblock::copy_locations(4), vec![1, 2, 3]);
         assert_eq!(Superblock::copy_locations(2), vec![1]);
+    }
+
+    /// Regression (found by fuzz/superblock): a label of bytes that are not UTF-8 decoded to
+    /// a string three times longer, and encoding that superblock again (fsck rewriting the
+    /// data superblock or a copy) panicked.
+    #[test]
+    fn label_that_is_not_utf8_encodes_again() {
+        let mut b = sample().encode();
+        b[104..104 + LABEL_LEN].fill(0xff);
+        seal_crc(&mut b[..SB_SIZE], CRC_OFF);
+        let sb = Superblock::decode(&b).unwrap();
+        assert!(sb.label.len() <= LABEL_LEN);
+        let again = Superblock::decode(&sb.encode()).unwrap();
+        assert_eq!(again, sb);
+    }
+
+    /// Regression (found by fuzz/bitmap_file): a superblock with one block per group on a
+    /// large device asked the tables for a bitmap per block, exhausting memory.
+    #[test]
+    fn more_groups_than_log_blocks_is_refused() {
+        let mut sb = sample();
+        sb.blocks_per_group = 1;
+        sb.groups = sb.data_blocks;
+        assert!(sb.groups > sb.meta_blocks);
+        assert!(Superblock::decode(&sb.encode()).is_err());
     }
 }

@@ -39,8 +39,12 @@ impl Fs {
     pub(crate) fn attr_of(&self, d: &DiskInode) -> Attr {
         let bs = self.sb.block_size;
         let kind = FileKind::from_mode(d.mode).expect("decoded inodes have a known type");
+        // Saturating: the fields come from disk and a damaged inode must not overflow here.
         let size = if kind == FileKind::Directory {
-            ((d.size + 2) * 32).div_ceil(bs as u64).max(1) * bs as u64
+            (d.size.saturating_add(2).saturating_mul(32))
+                .div_ceil(bs as u64)
+                .max(1)
+                .saturating_mul(bs as u64)
         } else {
             d.size
         };
@@ -54,7 +58,7 @@ impl Fs {
             gid: d.gid,
             rdev: d.rdev,
             size,
-            blocks: d.blocks * (bs as u64 / 512),
+            blocks: d.blocks.saturating_mul(bs as u64 / 512),
             atime: from_disk_time(d.atime),
             mtime: from_disk_time(d.mtime),
             ctime: from_disk_time(d.ctime),

@@ -141,11 +141,22 @@ impl Fs {
         Ok(())
     }
 
-    /// Data address of file block `n` (0 = hole), loading indirect blocks as needed.
+    /// Data address of file block `n` (0 = hole), loading indirect blocks as needed. A
+    /// pointer past the data device is corruption (EIO), never an offset to compute with.
     fn resolve(&self, e: &InodeEntry, n: u64) -> Result<u64> {
         loop {
             let r = bmap::lookup(&e.state.read(), n, self.ppb);
             match r {
+                Ok(a) if a >= self.sb.data_blocks => {
+                    return Err(FsError::corrupt(
+                        "block map",
+                        format!(
+                            "inode {}: file block {n} points at data block {a}, past the data \
+                             device",
+                            e.ino
+                        ),
+                    ))
+                }
                 Ok(a) => return Ok(a),
                 Err(need) => self.load_ptr(e, need)?,
             }
@@ -254,7 +265,7 @@ impl Fs {
         if offset >= fsize || size == 0 {
             return Ok(Vec::new());
         }
-        let end = fsize.min(offset + size as u64);
+        let end = fsize.min(offset.saturating_add(size as u64));
         let bs = self.sb.block_size as u64;
         let mut buf = vec![0u8; (end - offset) as usize];
         let (first, last) = (offset / bs, (end - 1) / bs);
@@ -290,7 +301,7 @@ impl Fs {
     ) -> Result<()> {
         let bs = self.sb.block_size as u64;
         let lo = (f * bs).max(offset);
-        let hi = ((f + c) * bs).min(end);
+        let hi = (f + c).saturating_mul(bs).min(end);
         let dev_off = d * bs + (lo - f * bs);
         self.data.read_at(
             &mut buf[(lo - offset) as usize..(hi - offset) as usize],

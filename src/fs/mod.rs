@@ -16,6 +16,7 @@ mod flush;
 pub mod inode;
 mod mount;
 mod rename;
+mod repair;
 pub mod types;
 
 pub use mount::{check_pair, read_superblock};

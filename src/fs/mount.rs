@@ -8,7 +8,7 @@ use crate::format::meta::{pointers_per_block, IMAP_ORPHAN, SEG_ACTIVE};
 use crate::format::superblock::{Role, Superblock};
 use crate::log::checkpoint::read_newest;
 use crate::log::recovery::{load_tables, roll_forward};
-use crate::log::{read_block, LogHead, LogWriter};
+use crate::log::{LogHead, LogWriter};
 use crate::meta::Tables;
 use crate::{FsError, Result};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -121,8 +121,9 @@ fn continue_in_fresh_segment(sb: &Superblock, t: &mut Tables, head: LogHead) -> 
 }
 
 impl Fs {
+    /// An `Fs` over loaded tables and a log head (mount, mkfs, and fsck's repair sessions).
     #[allow(clippy::too_many_arguments)]
-    fn assemble(
+    pub(super) fn assemble(
         sb: Arc<Superblock>,
         meta: Arc<dyn BlockDevice>,
         data: Arc<dyn BlockDevice>,
@@ -341,8 +342,10 @@ impl Fs {
         self.flusher.lock().ckpt_serial
     }
 
+    /// A block of the log named by an inode (indirect, symlink): the address is checked to
+    /// lie in the log first (it comes from disk).
     pub(crate) fn read_meta_block(&self, addr: u64) -> Result<Vec<u8>> {
-        read_block(&*self.meta, self.sb.block_size, addr)
+        self.read_log_block(addr)
     }
 
     /// A new cached inode, dirty, numbered by the allocator.

@@ -162,6 +162,41 @@ pub fn roll_forward(
     cp: &Checkpoint,
 ) -> Result<(LogHead, RecoveryReport)> {
     let mut report = RecoveryReport::default();
+    let head = roll_forward_limited(sb, dev, t, cp, None, &mut report)?;
+    Ok((head, report))
+}
+
+/// `roll_forward` applying at most `limit` transactions (fsck cuts the log before one that
+/// cannot be applied). `report` tells how far it got even when it fails: the
+/// `report.transactions` first transactions were applied, and the next one failed.
+pub fn roll_forward_limited(
+    sb: &Superblock,
+    dev: &dyn BlockDevice,
+    t: &mut Tables,
+    cp: &Checkpoint,
+    limit: Option<u64>,
+    report: &mut RecoveryReport,
+) -> Result<LogHead> {
+    *report = RecoveryReport::default();
+    // The checkpoint says where the log goes on; a lie there must not index the usage table
+    // out of range (the checksum only proves the checkpoint was written, not that it is sane).
+    let head_seg = sb.segment_of(cp.log_head);
+    if head_seg == 0
+        || head_seg >= sb.segments
+        || cp.log_head < sb.segment_start(head_seg)
+        || sb.segment_end(head_seg) - cp.log_head < 2
+        || cp.next_segment == 0
+        || cp.next_segment >= sb.segments
+        || cp.next_segment == head_seg
+    {
+        return Err(FsError::corrupt(
+            "checkpoint",
+            format!(
+                "checkpoint {}: log head {} / next segment {} is not where a log can continue",
+                cp.serial, cp.log_head, cp.next_segment
+            ),
+        ));
+    }
     let mut committed = LogHead {
         addr: cp.log_head,
         next_segment: cp.next_segment,
@@ -176,6 +211,10 @@ pub fn roll_forward(
     let now = super::now_secs();
     let mut seg = sb.segment_of(addr);
     loop {
+        if limit.is_some_and(|l| report.transactions >= l) {
+            report.stop_reason = format!("stopped after {} transactions", report.transactions);
+            break;
+        }
         let part = match read_part(sb, dev, addr, serial, cp.serial) {
             Ok(p) => p,
             // A device that cannot be read is not the end of the log: stop the mount rather
@@ -241,5 +280,5 @@ pub fn roll_forward(
     for s in [sb.segment_of(committed.addr), committed.next_segment] {
         t.ifile.set_seg_flags(s, SEG_ACTIVE, 0);
     }
-    Ok((committed, report))
+    Ok(committed)
 }

@@ -290,15 +290,14 @@ impl DataMap {
         blocks_per_group: u64,
         bodies: &[Vec<u8>],
     ) -> Result<DataMap> {
-        let mut m = DataMap::new(block_size, data_blocks, blocks_per_group);
         let bad = |d: String| FsError::corrupt("bitmap file", d);
-        if bodies.len() as u64 != m.desc_blocks + m.ngroups() {
-            return Err(bad(format!(
-                "{} blocks for {} groups",
-                bodies.len(),
-                m.ngroups()
-            )));
+        // Before allocating anything per group: the file must have a block for each.
+        let ngroups = data_blocks.div_ceil(blocks_per_group.max(1));
+        let desc_blocks = ngroups.div_ceil(entries32_per_block(block_size) as u64);
+        if blocks_per_group == 0 || bodies.len() as u64 != desc_blocks.saturating_add(ngroups) {
+            return Err(bad(format!("{} blocks for {ngroups} groups", bodies.len())));
         }
+        let mut m = DataMap::new(block_size, data_blocks, blocks_per_group);
         for g in 0..m.ngroups() {
             let body = &bodies[(g / m.per_desc_block) as usize];
             let gd = GroupDesc::decode(&body[32 * (g % m.per_desc_block) as usize..]);
@@ -322,6 +321,85 @@ impl DataMap {
         }
         m.file = file;
         Ok(m)
+    }
+}
+
+impl DataMap {
+    /// The bitmap file as far as it can be read, for fsck: descriptors that disagree with
+    /// their bitmaps are taken as wrong (each group's free count is recounted from its bitmap),
+    /// a group whose bitmap block is missing (`None`) is all free, bits past the device's end
+    /// and block 0 are set. Every block is marked dirty (the next checkpoint rewrites them).
+    pub fn decode_lenient(
+        file: Option<MetaFile>,
+        block_size: u32,
+        data_blocks: u64,
+        blocks_per_group: u64,
+        bodies: &[Option<Vec<u8>>],
+    ) -> DataMap {
+        let mut m = DataMap::new(block_size, data_blocks, blocks_per_group);
+        for g in 0..m.ngroups() {
+            if let Some(Some(body)) = bodies.get((g / m.per_desc_block) as usize) {
+                let gd = GroupDesc::decode(&body[32 * (g % m.per_desc_block) as usize..]);
+                m.groups[g as usize].dirs = gd.dirs;
+                m.groups[g as usize].flags = gd.flags;
+            }
+            let real = m.group_len(g) as usize;
+            if let Some(Some(body)) = bodies.get((m.desc_blocks + g) as usize) {
+                let raw = &body[..(blocks_per_group as usize).div_ceil(8)];
+                let mut bits = BitVec::<u8, Lsb0>::from_slice(raw);
+                bits.truncate(blocks_per_group as usize);
+                bits[real..].fill(true);
+                m.committed[g as usize] = bits;
+            }
+        }
+        m.committed[0].set(0, true);
+        for g in 0..m.ngroups() as usize {
+            let real = m.group_len(g as u64) as usize;
+            m.groups[g].free_blocks = m.committed[g][..real].count_zeros() as u32;
+        }
+        let len = m.desc_blocks + m.ngroups();
+        m.file = match file {
+            Some(f) if f.len() == len => f,
+            _ => MetaFile::new(BITMAP_ID, block_size, len),
+        };
+        m.file.dirty = (0..len).collect();
+        m
+    }
+
+    /// Make the committed state exactly the blocks for which `used` is true (block 0 and the
+    /// bits past the device's end stay set), with matching free counts, directory counts
+    /// `dirs` (one per group) and descriptor flags 0 (fsck, with nothing reserved). Marks what
+    /// changed dirty; returns whether anything did.
+    pub fn rebuild(&mut self, used: &dyn Fn(u64) -> bool, dirs: &[u32]) -> bool {
+        assert_eq!(
+            self.reserved_count, 0,
+            "rebuilding bitmaps with blocks reserved"
+        );
+        let mut changed = false;
+        for g in 0..self.ngroups() as usize {
+            let base = g as u64 * self.blocks_per_group;
+            let real = self.group_len(g as u64) as usize;
+            let mut bits = bitvec![u8, Lsb0; 0; self.blocks_per_group as usize];
+            for j in 0..real {
+                let b = base + j as u64;
+                if b == 0 || used(b) {
+                    bits.set(j, true);
+                }
+            }
+            bits[real..].fill(true);
+            let gd = GroupDesc {
+                free_blocks: bits[..real].count_zeros() as u32,
+                dirs: dirs.get(g).copied().unwrap_or(0),
+                flags: 0,
+            };
+            if bits != self.committed[g] || gd != self.groups[g] {
+                self.committed[g] = bits;
+                self.groups[g] = gd;
+                self.mark_group_dirty(g);
+                changed = true;
+            }
+        }
+        changed
     }
 }
 
@@ -355,6 +433,52 @@ mod tests {
         let d = DataMap::decode(file, 4096, 1000, 300, &bodies).unwrap();
         assert_eq!(d.free_blocks(), 996);
         assert!(d.is_committed(401));
+    }
+
+    #[test]
+    fn lenient_decode_and_rebuild() {
+        let mut m = DataMap::new(4096, 1000, 300);
+        m.commit_alloc(400, 3).unwrap();
+        let mut bodies: Vec<Option<Vec<u8>>> =
+            (0..m.file.len()).map(|b| Some(m.encode_block(b))).collect();
+        // A descriptor that lies, and a bitmap block that is lost.
+        GroupDesc {
+            free_blocks: 7,
+            dirs: 2,
+            flags: 0,
+        }
+        .encode(&mut bodies[0].as_mut().unwrap()[32..]);
+        bodies[1 + 3] = None;
+        let file = MetaFile::new(BITMAP_ID, 4096, m.file.len());
+        assert!(DataMap::decode(
+            MetaFile::new(BITMAP_ID, 4096, m.file.len()),
+            4096,
+            1000,
+            300,
+            &bodies
+                .iter()
+                .map(|b| b.clone().unwrap_or_default())
+                .collect::<Vec<_>>()
+        )
+        .is_err());
+        let mut d = DataMap::decode_lenient(Some(file), 4096, 1000, 300, &bodies);
+        assert_eq!(d.groups[1].free_blocks, 297);
+        assert_eq!(d.groups[1].dirs, 2);
+        assert_eq!(d.groups[3].free_blocks, 100);
+        assert!(d.is_committed(0) && d.is_committed(401) && d.is_committed(999 + 1));
+        assert!(d.rebuild(&|b| b == 5, &[1, 0, 0, 0]));
+        assert!(d.is_committed(5) && !d.is_committed(401));
+        assert_eq!(d.committed_free(), 998);
+        assert_eq!(d.groups[0].dirs, 1);
+        assert!(!d.rebuild(&|b| b == 5, &[1, 0, 0, 0]));
+        let bodies: Vec<Vec<u8>> = (0..d.file.len()).map(|b| d.encode_block(b)).collect();
+        let file = MetaFile::new(BITMAP_ID, 4096, d.file.len());
+        assert_eq!(
+            DataMap::decode(file, 4096, 1000, 300, &bodies)
+                .unwrap()
+                .committed_free(),
+            998
+        );
     }
 
     #[test]

@@ -73,8 +73,18 @@ impl Tables {
         Ok(())
     }
 
-    fn check_ino(ino: u64) -> Result<()> {
-        if ino == 0 || ino >= MAX_INO {
+    /// Inode numbers are handed out lowest free first, so none exceeds the number of inodes
+    /// the log can hold; a larger one in a transaction is a lie that would make the inode map
+    /// grow past any memory.
+    fn check_ino(&self, ino: u64) -> Result<()> {
+        let per_block = crate::format::inode::inodes_per_block(self.sb.block_size) as u64;
+        let limit = MAX_INO.min(
+            self.sb
+                .meta_blocks
+                .saturating_mul(per_block)
+                .saturating_add(16),
+        );
+        if ino == 0 || ino >= limit {
             return Err(crate::FsError::corrupt(
                 "transaction",
                 format!("inode number {ino}"),
@@ -83,8 +93,11 @@ impl Tables {
         Ok(())
     }
 
-    fn check_node(id: u64) -> Result<()> {
-        if id == 0 || id >= MAX_NODE_ID {
+    /// Node ids are reused before new ones are taken, and each live node has a log block:
+    /// none exceeds twice the log's blocks (freed ids wait a transaction before reuse).
+    fn check_node(&self, id: u64) -> Result<()> {
+        let limit = MAX_NODE_ID.min(self.sb.meta_blocks.saturating_mul(2).saturating_add(16));
+        if id == 0 || id >= limit {
             return Err(crate::FsError::corrupt(
                 "transaction",
                 format!("node id {id}"),
@@ -102,7 +115,7 @@ impl Tables {
             match b.desc.kind {
                 BlockKind::Inodes => {
                     for i in &b.inodes {
-                        Self::check_ino(i.ino)?;
+                        self.check_ino(i.ino)?;
                         if let Some(old) =
                             self.ifile
                                 .place_inode(i.ino, i.generation, b.addr, i.slot, i.orphan)
@@ -114,7 +127,7 @@ impl Tables {
                     }
                 }
                 BlockKind::Node => {
-                    Self::check_node(b.desc.owner)?;
+                    self.check_node(b.desc.owner)?;
                     let old = self.nodes.set(b.desc.owner, b.addr);
                     if old != 0 {
                         let old_seg = self.seg(old);
@@ -134,15 +147,21 @@ impl Tables {
         for r in records {
             match *r {
                 Record::IFree { ino } => {
-                    Self::check_ino(ino)?;
+                    self.check_ino(ino)?;
                     if let Some(old) = self.ifile.free_inode(ino) {
                         let old_seg = self.seg(old);
                         self.ifile.add_live(old_seg, -Ifile::INODE_BYTES, now)?;
                     }
                 }
                 Record::NFree { node } => {
-                    Self::check_node(node)?;
-                    let old = self.nodes.set(node, 0);
+                    self.check_node(node)?;
+                    // An id the map never reached names no block: nothing to free (and the
+                    // map must not grow to say so).
+                    let old = if (node as usize) < self.nodes.addrs.len() {
+                        self.nodes.set(node, 0)
+                    } else {
+                        0
+                    };
                     if old != 0 {
                         let old_seg = self.seg(old);
                         self.ifile.add_live(old_seg, -bs, now)?;
@@ -161,5 +180,74 @@ impl Tables {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::summary::Descriptor;
+    use crate::format::superblock::{Role, Superblock};
+
+    fn tables() -> Tables {
+        let sb = Superblock {
+            uuid: [1; 16],
+            role: Role::Meta,
+            block_size: 4096,
+            meta_blocks: 16 * 64,
+            data_blocks: 4096,
+            segment_blocks: 64,
+            blocks_per_group: 1024,
+            segments: 16,
+            groups: 4,
+            hash_seed: 0,
+            created: 0,
+            label: String::new(),
+            copy_segments: vec![2],
+            data_path: Vec::new(),
+        };
+        Tables::new(Arc::new(sb))
+    }
+
+    /// Regression: a hostile log naming node 2^39 (or inode 2^31) made the tables grow to
+    /// terabytes (an abort, found by the hostile-image test), though both were below the
+    /// old absolute limits.
+    #[test]
+    fn hostile_ids_do_not_grow_the_tables() {
+        let mut t = tables();
+        let node = |owner| PlacedBlock {
+            addr: 64,
+            desc: Descriptor {
+                kind: BlockKind::Node,
+                level: 0,
+                owner,
+                index: 0,
+            },
+            inodes: Vec::new(),
+        };
+        assert!(t.apply(&[node(1 << 39)], &[], 0).is_err());
+        assert!(t.apply(&[], &[Record::NFree { node: 1 << 39 }], 0).is_err());
+        // Inside the limit but past the map: freeing it is a no-op that grows nothing.
+        t.apply(&[], &[Record::NFree { node: 2000 }], 0).unwrap();
+        assert!(t.nodes.addrs.len() < 2000);
+        let inode = |ino| PlacedBlock {
+            addr: 64,
+            desc: Descriptor {
+                kind: BlockKind::Inodes,
+                level: 0,
+                owner: 0,
+                index: 0,
+            },
+            inodes: vec![InodeLoc {
+                ino,
+                generation: 1,
+                slot: 1,
+                orphan: false,
+            }],
+        };
+        assert!(t.apply(&[inode(1 << 31)], &[], 0).is_err());
+        assert!(t.ifile.imap.len() < 1 << 20);
+        t.apply(&[inode(100)], &[], 0).unwrap();
+        t.apply(&[node(5)], &[], 0).unwrap();
     }
 }

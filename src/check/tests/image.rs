@@ -193,7 +193,16 @@ impl Image {
             Mode::Listed => Some(self.listing.clone()),
             Mode::Tree => None,
         };
-        run(&*self.meta, &*self.data, &Options { verbose: true }, listed).unwrap()
+        run(
+            &*self.meta,
+            &*self.data,
+            &Options {
+                verbose: true,
+                ..Options::default()
+            },
+            listed,
+        )
+        .unwrap()
     }
 
     pub fn check(&self, mode: Mode) -> Report {

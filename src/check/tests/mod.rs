@@ -7,6 +7,8 @@ mod clean;
 mod corruption;
 mod crashes;
 mod damage;
+mod hostile;
+mod repair;
 mod robustness;
 
 use super::{Report, Severity};

@@ -1,0 +1,237 @@
+//! The fsck-dualfs program: options, exit codes, what it writes and what it never writes, and
+//! that a repair leaves a file system that checks clean and mounts.
+
+mod support;
+
+use dualfs::device::{FileDevice, OpenMode};
+use support::*;
+
+const CLEAN: i32 = 0;
+const CORRECTED: i32 = 1;
+const UNCORRECTED: i32 = 4;
+const OPERATIONAL: i32 = 8;
+const USAGE: i32 = 16;
+
+#[track_caller]
+fn expect(code: i32, (got, out): (i32, String)) -> String {
+    assert_eq!(
+        got, code,
+        "exit code {got}, expected {code}; output:\n{out}"
+    );
+    out
+}
+
+#[test]
+fn usage_errors_and_help() {
+    expect(USAGE, fsck(&[]));
+    expect(USAGE, fsck(&[&"--bogus", &"/nonexistent"]));
+    expect(USAGE, fsck(&[&"-n", &"-y", &"/m"]));
+    expect(USAGE, fsck(&[&"-n", &"-p", &"/m"]));
+    expect(USAGE, fsck(&[&"-p", &"-y", &"/m"]));
+    expect(USAGE, fsck(&[&"a", &"b", &"c"]));
+    let help = expect(CLEAN, fsck(&[&"--help"]));
+    for needle in ["-n", "-p", "-y", "-f", "-v", "Exit status", "META", "DATA"] {
+        assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
+    }
+    let version = expect(CLEAN, fsck(&[&"--version"]));
+    assert!(version.contains(env!("CARGO_PKG_VERSION")), "{version}");
+}
+
+#[test]
+fn operational_errors() {
+    let out = expect(OPERATIONAL, fsck(&[&"-n", &"/nonexistent/meta.img"]));
+    assert!(out.contains("/nonexistent/meta.img"), "{out}");
+    // Not a DualFS, and no DATA to fall back on.
+    let dir = tempfile::tempdir().unwrap();
+    let zeros = dir.path().join("zeros.img");
+    std::fs::File::create(&zeros)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let out = expect(OPERATIONAL, fsck(&[&"-n", &zeros]));
+    assert!(out.contains("give the data device"), "{out}");
+}
+
+#[test]
+fn clean_file_system() {
+    let img = Images::new(small_tree);
+    let before = img.digest();
+    // Without -f: the glance says clean.
+    let out = expect(CLEAN, fsck(&[&img.meta]));
+    assert!(out.contains("clean"), "{out}");
+    for mode in ["-n", "-p", "-a", "-y"] {
+        expect(CLEAN, fsck(&[&mode, &img.meta]));
+        let out = expect(CLEAN, fsck(&[&"-f", &mode, &img.meta]));
+        assert!(!out.contains("error ["), "{mode}: {out}");
+        expect(CLEAN, fsck(&[&"-f", &"-v", &mode, &img.meta, &img.data]));
+    }
+    assert!(before == img.digest(), "a clean file system was written to");
+}
+
+#[test]
+fn check_only_never_writes() {
+    let img = Images::new(small_tree);
+    let ino = img.ino("a/b/big");
+    img.rewrite_inode(ino, |d| d.nlink = 7);
+    let before = img.digest();
+    let out = expect(UNCORRECTED, fsck(&[&"-f", &"-n", &img.meta]));
+    assert!(
+        out.contains(&format!("inode {ino} has 7 links but 2 entries name it")),
+        "{out}"
+    );
+    // Without -f too: a consistent lie leaves the checkpoint clean, the glance sees nothing.
+    expect(CLEAN, fsck(&[&"-n", &img.meta]));
+    // Without a terminal, no option means: check, and refuse to repair.
+    let out = expect(OPERATIONAL, fsck(&[&"-f", &img.meta]));
+    assert!(out.contains("need a terminal"), "{out}");
+    assert!(before == img.digest(), "-n wrote to the devices");
+}
+
+#[test]
+fn preen_repairs_what_is_safe_and_a_second_run_is_clean() {
+    let img = Images::new(small_tree);
+    let ino = img.ino("a/b/big");
+    img.rewrite_inode(ino, |d| d.nlink = 7);
+    let out = expect(CORRECTED, fsck(&[&"-f", &"-p", &img.meta]));
+    assert!(
+        out.contains(&format!("inode {ino}: link count 7 -> 2")),
+        "{out}"
+    );
+    expect(CLEAN, fsck(&[&"-f", &"-n", &img.meta]));
+    assert_eq!(img.inode(ino).nlink, 2);
+    // It mounts, and the file reads back whole.
+    let fs = img.mount();
+    let data = fs.read(ino, 0, 0, 40 * 4096).unwrap();
+    assert_eq!(data.len(), 40 * 4096);
+    fs.unmount().unwrap();
+    expect(CLEAN, fsck(&[&"-f", &"-n", &img.meta]));
+}
+
+#[test]
+fn preen_leaves_what_gives_something_up() {
+    let img = Images::new(small_tree);
+    let (big, two) = (img.ino("a/b/big"), img.ino("a/two"));
+    let shared = img.inode(big).direct[0];
+    img.rewrite_inode(two, |d| d.direct[0] = shared);
+    let out = fsck(&[&"-f", &"-p", &img.meta]);
+    assert_eq!(out.0 & UNCORRECTED, UNCORRECTED, "{}", out.1);
+    assert!(out.1.contains("UNEXPECTED INCONSISTENCY"), "{}", out.1);
+    assert!(out.1.contains("not repaired"), "{}", out.1);
+    expect(UNCORRECTED, fsck(&[&"-f", &"-n", &img.meta]));
+    // -y clears the second use of the block.
+    let out = expect(CORRECTED, fsck(&[&"-f", &"-y", &img.meta]));
+    assert!(out.contains("FILE SYSTEM WAS MODIFIED"), "{out}");
+    expect(CLEAN, fsck(&[&"-f", &"-n", &img.meta]));
+    assert_eq!(img.inode(big.min(two)).direct[0], shared);
+    assert_eq!(img.inode(big.max(two)).direct[0], 0);
+    img.mount().unmount().unwrap();
+}
+
+#[test]
+fn yes_reconnects_an_unreachable_file_under_lost_found() {
+    // A file unlinked while open stays as an orphan; give it a link count back and it is an
+    // allocated file nothing names.
+    let ino = std::cell::Cell::new(0);
+    let img = Images::new(|fs| {
+        small_tree(fs);
+        let (attr, fh) = fs.create(&U, ROOT, b"open", 0o644, libc::O_RDWR).unwrap();
+        fs.write(attr.ino, fh, 0, &[7u8; 5000]).unwrap();
+        fs.unlink(&U, ROOT, b"open").unwrap();
+        ino.set(attr.ino);
+    });
+    let ino = ino.get();
+    img.rewrite_inode(ino, |d| d.nlink = 1);
+    let out = expect(UNCORRECTED, fsck(&[&"-f", &"-n", &img.meta]));
+    assert!(out.contains("is not reachable from the root"), "{out}");
+    let out = expect(CORRECTED, fsck(&[&"-f", &"-y", &img.meta, &img.data]));
+    assert!(
+        out.contains(&format!("reconnected as /lost+found/#{ino}")),
+        "{out}"
+    );
+    expect(CLEAN, fsck(&[&"-f", &"-n", &img.meta]));
+    assert_eq!(img.ino(&format!("lost+found/#{ino}")), ino);
+    let fs = img.mount();
+    assert_eq!(fs.read(ino, 0, 0, 10000).unwrap(), vec![7u8; 5000]);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn repair_of_a_file_system_in_use_is_refused() {
+    let img = Images::new(small_tree);
+    img.rewrite_inode(img.ino("one"), |d| d.nlink = 4);
+    // Hold the metadata image the way a mount does.
+    let held = FileDevice::open(
+        &img.meta,
+        OpenMode {
+            read_only: false,
+            exclusive: true,
+        },
+    )
+    .unwrap();
+    let before = img.digest();
+    for mode in ["-p", "-y"] {
+        let out = expect(OPERATIONAL, fsck(&[&"-f", &mode, &img.meta]));
+        assert!(out.contains("refusing to repair"), "{out}");
+    }
+    // A check reads it anyway, and says so.
+    let out = expect(UNCORRECTED, fsck(&[&"-f", &"-n", &img.meta]));
+    assert!(out.contains("in use"), "{out}");
+    assert!(before == img.digest());
+    drop(held);
+    expect(CORRECTED, fsck(&[&"-f", &"-y", &img.meta]));
+}
+
+#[test]
+fn devices_of_two_file_systems() {
+    let a = Images::new(small_tree);
+    let b = Images::new(|_| {});
+    let before = (a.digest(), b.digest());
+    let out = expect(UNCORRECTED, fsck(&[&"-f", &"-n", &a.meta, &b.data]));
+    assert!(out.contains("not a pair"), "{out}");
+    let out = expect(UNCORRECTED, fsck(&[&"-f", &"-y", &a.meta, &b.data]));
+    assert!(out.contains("not the two halves"), "{out}");
+    assert!(
+        before == (a.digest(), b.digest()),
+        "a mismatched pair was written to"
+    );
+    expect(OPERATIONAL, fsck(&[&"-n", &a.meta, &a.meta]));
+}
+
+#[test]
+fn installed_as_fsck_dot_dualfs_and_run_by_fsck() {
+    let img = Images::new(small_tree);
+    let bin = img.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let link = bin.join("fsck.dualfs");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_fsck-dualfs"), &link).unwrap();
+    let out = expect(CLEAN, run(&link, &[&"-f", &"-n", &img.meta]));
+    assert!(out.contains("fsck.dualfs"), "named after argv[0]: {out}");
+    // Through util-linux fsck(8), which finds fsck.<type> on the PATH.
+    if std::path::Path::new("/sbin/fsck").exists()
+        || std::path::Path::new("/usr/sbin/fsck").exists()
+    {
+        img.rewrite_inode(img.ino("one"), |d| d.nlink = 4);
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let fsck8 = |args: &[&str]| {
+            let out = std::process::Command::new("fsck")
+                .args(args)
+                .arg(&img.meta)
+                .env("PATH", &path)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            (
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stdout).into_owned()
+                    + &String::from_utf8_lossy(&out.stderr),
+            )
+        };
+        expect(UNCORRECTED, fsck8(&["-t", "dualfs", "-f", "-n"]));
+        expect(CORRECTED, fsck8(&["-t", "dualfs", "-f", "-a"]));
+        expect(CLEAN, fsck8(&["-t", "dualfs", "-a"]));
+    }
+}
