@@ -379,8 +379,12 @@ fn unreadable_inode_is_freed_and_its_names_go() {
             &out,
             &format!("inode {i} cannot be read: its number is freed"),
         );
+        // lost+found may have been in that block (a listing updates its access time, so it
+        // is written with whatever else changed); the repair makes it again, as inode 2.
         assert!(
-            tree.iter().all(|(_, t, _)| *t != i),
+            tree.iter()
+                .all(|(p, t, _)| *t != i
+                    || (i == crate::format::LOST_FOUND_INO && p == "/lost+found")),
             "{i} still named: {tree:?}"
         );
     }
