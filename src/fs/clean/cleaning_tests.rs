@@ -8,6 +8,7 @@ use crate::clean::Policy;
 use crate::device::{BlockDevice, MemDevice, RecordingDevice, WriteSubset};
 use crate::fs::{Caller, Fs, MountOptions};
 use crate::mkfs::{mkfs, MkfsParams};
+use crate::FsError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,664 @@
+//! The segment cleaner's mechanism and the log's space accounting.
+//!
+//! Cleaning a segment: read its summaries, find what is still live (judged against the current
+//! maps — inode map, node map, block maps, meta-file maps — never trusted from the segment
+//! itself, so a stale or lying summary can only cost work, not correctness), make it dirty so
+//! the next log write moves it to the head, and checkpoint: the checkpoint finds the segment
+//! dead and marks it clean (docs/DESIGN.md "Segment reuse").
+//!
+//! Before a pass touches anything it computes an upper bound of the log blocks it will write
+//! (the live blocks, the indirect blocks above them and their inodes, summaries, and the
+//! checkpoint) and cleans only victims whose bound fits the clean segments there are, and only
+//! if the pass gains segments. Writers are admitted (`admit`) only while the clean segments,
+//! less what everything pending will take, stay above `reserve_segments()`; deletes may go
+//! down to `cleaner_reserve()`, which holds the worst case of a one-segment pass, so cleaning
+//! always has the room it needs. The argument is in docs/DESIGN.md, "Cleaning and the reserve".
+//!
+//! Which segments and when is policy: `crate::clean`.
+
+use super::Fs;
+use crate::clean::control::{self, PassReport, SegmentInfo, UsageTable};
+use crate::clean::{CleanerCounters, Policy, ThresholdUpdate, Thresholds};
+use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED};
+use crate::Result;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+mod bound;
+use bound::*;
+mod live;
+mod space;
+
+/// Clean segments deletes may use below the writers' reserve.
+const DELETE_SEGMENTS: u64 = 2;
+/// Log blocks one operation may dirty that the dirty counters do not show yet while it runs
+/// (its inodes, a cascade of tree nodes): charged while it is in flight.
+const OP_BLOCKS: u64 = 16;
+
+/// What the file system keeps for cleaning and admission.
+pub(crate) struct CleanerState {
+    /// `None` until someone sets them: defaults follow the log's size.
+    thresholds: Mutex<Option<Thresholds>>,
+    counters: Mutex<CleanerCounters>,
+    /// Log blocks dirtied since the last snapshot that the dirty counters do not show
+    /// (indirect blocks, long symlink targets); reset when the log writer takes a snapshot.
+    charged: AtomicU64,
+    /// Charges of admitted operations still running.
+    inflight: AtomicU64,
+    /// The bound of the cleaning pass running (it moves live bytes, adds none).
+    claimed: AtomicU64,
+    /// When the last write operation was admitted, ms after `epoch`.
+    last_write_ms: AtomicU64,
+    epoch: Instant,
+    /// Cleaner daemons connected with takeover.
+    daemons: AtomicU64,
+    /// One attempt to make room at a time.
+    room: Mutex<()>,
+    /// (clean segments, live bytes) when making room last failed: until one changes, another
+    /// attempt would fail the same way.
+    futile: Mutex<Option<(u64, u64)>>,
+    /// Live bytes of the log, with the (durable snapshot, checkpoint count) they were added
+    /// up at: they change only when a transaction is applied or a checkpoint written.
+    live_cache: Mutex<Option<(u64, u64, u64)>>,
+}
+
+impl CleanerState {
+    pub(crate) fn new() -> CleanerState {
+        CleanerState {
+            thresholds: Mutex::new(None),
+            counters: Mutex::new(CleanerCounters::default()),
+            charged: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
+            last_write_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            daemons: AtomicU64::new(0),
+            room: Mutex::new(()),
+            futile: Mutex::new(None),
+            live_cache: Mutex::new(None),
+        }
+    }
+
+    /// The log writer took a snapshot: everything charged so far is in it.
+    pub(crate) fn snapshot_taken(&self) {
+        self.charged.store(0, Ordering::Release);
+    }
+}
+
+/// What an operation is, for admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Adds to the log: create, link, rename, attribute changes.
+    Change,
+    /// A write of this many bytes.
+    Write(u64),
+    /// Frees space: unlink, rmdir, truncate. May use the deletes' part of the reserve.
+    Delete,
+}
+
+/// An admitted operation; its charge counts as pending until it is dropped.
+#[must_use]
+pub(crate) struct Admission<'a> {
+    fs: &'a Fs,
+    charge: u64,
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.fs
+            .cleaner
+            .inflight
+            .fetch_sub(self.charge, Ordering::AcqRel);
+    }
+}
+
+/// A cleaning pass's bound, pending while the pass runs.
+struct Claim<'a> {
+    fs: &'a Fs,
+    blocks: u64,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.fs
+            .cleaner
+            .claimed
+            .fetch_sub(self.blocks, Ordering::AcqRel);
+    }
+}
+
+/// Keeps the mount from threshold cleaning while a daemon is connected.
+pub struct DaemonGuard<'a>(&'a Fs);
+
+impl Drop for DaemonGuard<'_> {
+    fn drop(&mut self) {
+        self.0.cleaner.daemons.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The log's space, in blocks unless named bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Space {
+    pub clean: u64,
+    /// Upper bound of what writing everything pending takes (with its checkpoint).
+    pub pending: u64,
+    /// What operations add to the live bytes, at most, beyond what the tables show: charged
+    /// blocks and operations in flight (rewrites of what is already live add nothing; new
+    /// inodes and nodes of a flush interval are not counted: the live limit is a soft one).
+    pub growth: u64,
+    /// Blocks a clean segment takes of a write.
+    pub seg_eff: u64,
+    pub reserve: u64,
+    pub cleaner_reserve: u64,
+    pub live_limit_bytes: u64,
+}
+
+/// One live thing in a segment being cleaned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Live {
+    Inode {
+        ino: u64,
+        slot: u16,
+    },
+    Node {
+        id: u64,
+    },
+    Indirect {
+        ino: u64,
+        level: u8,
+        index: u64,
+    },
+    /// `blocks`: the whole target is rewritten.
+    Symlink {
+        ino: u64,
+        index: u64,
+        blocks: u64,
+    },
+    Meta {
+        file: u64,
+        index: u64,
+    },
+}
+
+/// What is live in one segment.
+#[derive(Clone, Debug, Default)]
+struct SegmentScan {
+    seg: u64,
+    partial_segments: u64,
+    blocks_examined: u64,
+    /// Its live bytes by the usage table when scanned.
+    live_bytes: u64,
+    items: Vec<(u64, Live)>,
+}
+
+/// The union of what a set of victims makes the log write.
+#[derive(Clone, Debug, Default)]
+struct CostAcc {
+    inos: BTreeSet<u64>,
+    ptrs: BTreeSet<(u64, u8, u64)>,
+    symlinks: BTreeMap<u64, u64>,
+    nodes: BTreeSet<u64>,
+    meta: BTreeSet<(u64, u64)>,
+}
+
+/// Sizes the bounds need.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    block_size: u64,
+    segment_blocks: u64,
+    segments: u64,
+    ppb: u64,
+    ipb: u64,
+}
+
+impl Fs {
+    pub(super) fn emergency_pass(&self) -> Result<PassReport> {
+        let _one = self.cleaning.lock();
+        // Enough to get writers going again, not more: they wait for it.
+        let max = self.space().reserve;
+        let victims = self.choose_victims(Policy::Greedy, max as usize * 2);
+        let r = self.run_pass(victims, max, true)?;
+        if !r.cleaned.is_empty() {
+            self.cleaner.counters.lock().emergency_passes += 1;
+        }
+        Ok(r)
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Passes
+    // ------------------------------------------------------------------------------------
+
+    pub(super) fn choose_victims(&self, policy: Policy, max: usize) -> Vec<u64> {
+        let t = self.tables.lock();
+        let seg_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
+        crate::clean::choose(
+            &t.ifile.usage,
+            seg_bytes,
+            crate::log::now_secs(),
+            policy,
+            max,
+        )
+    }
+
+    /// Clean up to `max` segments chosen by `policy`, then checkpoint so they become reusable.
+    pub fn clean_pass(&self, policy: Policy, max: usize) -> Result<PassReport> {
+        self.writable()?;
+        let _one = self.cleaning.lock();
+        let victims = self.choose_victims(policy, max.saturating_mul(2));
+        self.run_pass(victims, max as u64, false)
+    }
+
+    /// Clean exactly these segments (as far as they can be: the others are refused, with why).
+    pub fn clean_segments(&self, segments: &[u64]) -> Result<PassReport> {
+        self.writable()?;
+        let _one = self.cleaning.lock();
+        self.run_pass(segments.to_vec(), segments.len() as u64, false)
+    }
+
+    /// Why `seg` cannot be a victim, if it cannot.
+    pub(super) fn not_a_victim(&self, seg: u64, head_seg: u64, next: u64) -> Option<&'static str> {
+        if seg == 0 || seg >= self.sb.segments {
+            return Some("no such log segment");
+        }
+        if seg == head_seg || seg == next {
+            return Some("the log head is there");
+        }
+        let u = self.tables.lock().ifile.usage[seg as usize];
+        if u.flags & SEG_RESERVED != 0 {
+            return Some("reserved");
+        }
+        if u.flags & SEG_ACTIVE != 0 {
+            return Some("active");
+        }
+        if u.flags & SEG_DIRTY == 0 {
+            return Some("already clean");
+        }
+        None
+    }
+
+    /// Clean up to `max` of `candidates`, in order, as far as the clean segments hold the
+    /// bound of what that writes; nothing if the pass would not gain segments (`emergency`:
+    /// at least one).
+    pub(super) fn run_pass(
+        &self,
+        candidates: Vec<u64>,
+        max: u64,
+        emergency: bool,
+    ) -> Result<PassReport> {
+        let g = self.geometry();
+        // Write what is pending first: the pass then starts from a known state, and what it
+        // writes is its own.
+        self.sync_log()?;
+        let mut rep = PassReport {
+            clean_before: self.clean_segments_count(),
+            ..Default::default()
+        };
+        let (head_seg, next, head_room) = {
+            let fl = self.flusher.lock();
+            let h = fl.writer.head;
+            let seg = self.sb.segment_of(h.addr);
+            (seg, h.next_segment, self.sb.segment_end(seg) - h.addr)
+        };
+        let (meta_dirty, meta_total) = {
+            let t = self.tables.lock();
+            (meta_dirty_blocks(&t, &g), meta_total_blocks(&t))
+        };
+        let room = rep.clean_before * g.seg_eff() + head_room.saturating_sub(3);
+        let budget = room.saturating_sub(self.pending_blocks());
+        let consumed = |blocks: u64| {
+            blocks
+                .saturating_sub(head_room.saturating_sub(3))
+                .div_ceil(g.seg_eff())
+        };
+
+        let mut acc = CostAcc::default();
+        let mut scans: Vec<SegmentScan> = Vec::new();
+        let mut seen = BTreeSet::new();
+        let mut misfits = 0;
+        let mut candidates = candidates.into_iter();
+        for seg in candidates.by_ref() {
+            if scans.len() as u64 >= max || misfits >= 2 {
+                rep.refused.push((seg, "the pass is full".into()));
+                break;
+            }
+            if !seen.insert(seg) {
+                continue;
+            }
+            if let Some(why) = self.not_a_victim(seg, head_seg, next) {
+                rep.refused.push((seg, why.into()));
+                continue;
+            }
+            let scan = self.scan_segment(seg)?;
+            let mut trial = acc.clone();
+            trial.add(&scan, g.ppb);
+            if trial.bound(&g, meta_dirty, meta_total) > budget {
+                rep.refused
+                    .push((seg, "its live blocks do not fit the clean segments".into()));
+                // Candidates come best first: after two misfits the rest will hardly fit.
+                misfits += 1;
+                continue;
+            }
+            acc = trial;
+            scans.push(scan);
+        }
+        rep.refused
+            .extend(candidates.map(|s| (s, "the pass is full".to_string())));
+        let bound = acc.bound(&g, meta_dirty, meta_total);
+        let k = scans.len() as u64;
+        // In the write path the pass must give back a whole segment now; otherwise it must
+        // free more than it writes (the head's segment fills, later passes gain).
+        let gains = if emergency {
+            k > consumed(bound)
+        } else {
+            k * g.seg_eff() > bound
+        };
+        if scans.is_empty() || !gains {
+            for s in scans.drain(..) {
+                rep.refused
+                    .push((s.seg, "cleaning would not gain a segment".into()));
+            }
+            rep.clean_after = rep.clean_before;
+            return Ok(rep);
+        }
+        rep.bound_blocks = bound;
+
+        // Claim the bound, so writers see it as pending while the pass runs.
+        self.cleaner.claimed.fetch_add(bound, Ordering::AcqRel);
+        let _claim = Claim {
+            fs: self,
+            blocks: bound,
+        };
+        for s in &scans {
+            rep.partial_segments += s.partial_segments;
+            rep.blocks_examined += s.blocks_examined;
+            for &(addr, item) in &s.items {
+                rep.live_moved += self.move_live(addr, item)?;
+            }
+        }
+        let before = self.checkpoint_blocks_total();
+        // One checkpoint for the pass: it writes what moved and frees the dead segments. A
+        // victim whose last live blocks were meta-file blocks dies only in that checkpoint
+        // (it relocates them): one more frees it.
+        self.checkpoint(false)?;
+        let dead_but_dirty = {
+            let t = self.tables.lock();
+            scans.iter().any(|s| {
+                let u = t.ifile.usage[s.seg as usize];
+                u.live_bytes == 0 && !u.is_clean()
+            })
+        };
+        if dead_but_dirty {
+            self.checkpoint(false)?;
+        }
+        // What the pass wrote, its own part only (writers go on meanwhile): the live bytes it
+        // moved, the indirect blocks, inodes and symlink blocks that moved with them from
+        // outside the victims, and its checkpoints' meta blocks.
+        let ckpt_blocks = self.checkpoint_blocks_total() - before;
+        let moved: u64 = scans.iter().map(|s| s.live_bytes).sum();
+        let (mut own_inodes, mut own_ptrs, mut own_sym) = (0u64, 0u64, 0u64);
+        for s in &scans {
+            for (_, item) in &s.items {
+                match item {
+                    Live::Inode { .. } => own_inodes += 1,
+                    Live::Indirect { .. } => own_ptrs += 1,
+                    Live::Symlink { .. } => own_sym += 1,
+                    _ => {}
+                }
+            }
+        }
+        let sym: u64 = acc.symlinks.values().sum();
+        let wander = (acc.ptrs.len() as u64).saturating_sub(own_ptrs) * g.block_size
+            + sym.saturating_sub(own_sym) * g.block_size
+            + (acc.inos.len() as u64).saturating_sub(own_inodes) * crate::format::INODE_SIZE as u64;
+        rep.bytes_written = moved + wander + ckpt_blocks * g.block_size;
+        let written = rep.bytes_written.div_ceil(g.block_size);
+        {
+            let t = self.tables.lock();
+            for s in &scans {
+                if t.ifile.usage[s.seg as usize].is_clean() {
+                    rep.cleaned.push(s.seg);
+                    rep.bytes_freed += self.segment_bytes_of(s.seg).saturating_sub(s.live_bytes);
+                } else {
+                    let live = t.ifile.usage[s.seg as usize].live_bytes;
+                    rep.refused.push((
+                        s.seg,
+                        format!("still holds {live} live bytes after the pass"),
+                    ));
+                }
+            }
+        }
+        rep.clean_after = self.clean_segments_count();
+        if written > bound {
+            log::warn!("cleaning pass wrote {written} log blocks, over its bound of {bound}");
+        }
+        if !rep.cleaned.is_empty() {
+            let mut c = self.cleaner.counters.lock();
+            c.passes += 1;
+            c.segments_cleaned += rep.cleaned.len() as u64;
+            c.live_moved += rep.live_moved;
+            c.bytes_written += rep.bytes_written;
+            c.bytes_freed += rep.bytes_freed;
+            log::info!(
+                "cleaned {} segments ({} live blocks moved, {} log blocks written, bound {}): \
+                 {} -> {} clean",
+                rep.cleaned.len(),
+                rep.live_moved,
+                written,
+                bound,
+                rep.clean_before,
+                rep.clean_after
+            );
+        }
+        Ok(rep)
+    }
+
+    pub(super) fn checkpoint_blocks_total(&self) -> u64 {
+        self.stats.lock().checkpoint_blocks_written
+    }
+
+    /// Threshold cleaning by the mount itself (the background thread), unless a daemon took
+    /// it over.
+    pub(crate) fn background_clean(&self) {
+        if self.cleaner.daemons.load(Ordering::Acquire) > 0 || self.opts.read_only {
+            return;
+        }
+        let t = self.thresholds();
+        let start = Instant::now();
+        let mut cleaning = false;
+        loop {
+            let clean = self.clean_segments_count();
+            let idle = self.idle_secs() >= t.idle_secs;
+            let go = if cleaning {
+                clean < t.max_free
+            } else {
+                t.should_start(clean, idle)
+            };
+            if !go || start.elapsed().as_secs() >= 2 {
+                return;
+            }
+            cleaning = true;
+            match self.clean_pass(t.policy, t.pass_size(clean, idle) as usize) {
+                Ok(r) if r.cleaned.is_empty() || r.clean_after <= r.clean_before => return,
+                Ok(_) => {}
+                Err(e) => {
+                    log::warn!("background cleaning: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Status and control
+    // ------------------------------------------------------------------------------------
+
+    pub fn thresholds(&self) -> Thresholds {
+        if let Some(t) = *self.cleaner.thresholds.lock() {
+            return t;
+        }
+        Thresholds::defaults(
+            self.sb.segments - 1,
+            self.reserve_segments(),
+            self.sb.segment_blocks as u64 * self.sb.block_size as u64,
+        )
+    }
+
+    pub fn set_thresholds(
+        &self,
+        update: &ThresholdUpdate,
+    ) -> std::result::Result<Thresholds, String> {
+        let t = update.apply(self.thresholds())?;
+        *self.cleaner.thresholds.lock() = Some(t);
+        log::info!(
+            "cleaning thresholds: start below {} clean segments, stop at {}, {} per pass, idle \
+             after {} s, {}",
+            t.min_free,
+            t.max_free,
+            t.segments_per_pass,
+            t.idle_secs,
+            t.policy
+        );
+        Ok(t)
+    }
+
+    /// Seconds since the last write operation was admitted (since mount if none).
+    pub fn idle_secs(&self) -> u64 {
+        let c = &self.cleaner;
+        let now = c.epoch.elapsed().as_millis() as u64;
+        now.saturating_sub(c.last_write_ms.load(Ordering::Acquire)) / 1000
+    }
+
+    /// A cleaner daemon takes over threshold cleaning until the guard is dropped.
+    pub fn attach_daemon(&self) -> DaemonGuard<'_> {
+        self.cleaner.daemons.fetch_add(1, Ordering::AcqRel);
+        DaemonGuard(self)
+    }
+
+    pub fn cleaner_counters(&self) -> CleanerCounters {
+        *self.cleaner.counters.lock()
+    }
+
+    pub fn usage_table(&self) -> UsageTable {
+        let t = self.tables.lock();
+        UsageTable {
+            segment_bytes: self.sb.segment_blocks as u64 * self.sb.block_size as u64,
+            now: crate::log::now_secs(),
+            segments: t
+                .ifile
+                .usage
+                .iter()
+                .map(|u| SegmentInfo {
+                    live_bytes: u.live_bytes,
+                    flags: u.flags,
+                    last_mod: u.last_mod,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn cleaner_status(&self) -> control::Status {
+        let sp = self.space();
+        let (clean, live, dirty) = {
+            let t = self.tables.lock();
+            let live: u64 = t.ifile.usage.iter().map(|u| u.live_bytes as u64).sum();
+            let dirty = t
+                .ifile
+                .usage
+                .iter()
+                .filter(|u| u.flags & SEG_DIRTY != 0)
+                .count() as u64;
+            (t.ifile.clean_segments(), live, dirty)
+        };
+        let segment_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
+        let counters = self.cleaner_counters();
+        let stats = self.stats();
+        control::Status {
+            segments: self.sb.segments,
+            segment_bytes,
+            block_size: self.sb.block_size,
+            log_segments: self.sb.segments - 1,
+            clean,
+            dirty,
+            reserve: sp.reserve,
+            cleaner_reserve: sp.cleaner_reserve,
+            live_bytes: live,
+            utilization: live as f64 / ((self.sb.segments - 1) * segment_bytes) as f64,
+            live_limit_bytes: sp.live_limit_bytes,
+            idle_secs: self.idle_secs(),
+            daemons: self.cleaner.daemons.load(Ordering::Acquire),
+            thresholds: self.thresholds(),
+            write_cost: counters.write_cost(),
+            counters,
+            log_blocks_written: stats.log_blocks_written,
+            checkpoints: stats.checkpoints,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "cleaning_tests.rs"]
+mod cleaning;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::inode::inodes_per_block;
+    use crate::format::meta::pointers_per_block;
+
+    fn geometry(segment_blocks: u64) -> Geometry {
+        Geometry {
+            block_size: 4096,
+            segment_blocks,
+            segments: 256,
+            ppb: pointers_per_block(4096) as u64,
+            ipb: inodes_per_block(4096) as u64,
+        }
+    }
+
+    #[test]
+    fn pass_bound_covers_the_worst_segment() {
+        let g = geometry(256);
+        let b = g.pass_bound(1, 40);
+        // 255 blocks, each with two wandering ancestors, plus inodes, summaries, checkpoint.
+        assert!(b >= 3 * 255 + 17 + 40, "{b}");
+        assert!(b < 4 * 256, "{b}");
+        // k segments cost k times the moves.
+        assert!(g.pass_bound(2, 40) > 2 * 3 * 255);
+    }
+
+    #[test]
+    fn cost_counts_shared_ancestors_once() {
+        let g = geometry(64);
+        let p = g.ppb;
+        let mut scan = SegmentScan::default();
+        // Two level-1 blocks of one file under the same double-indirect block, one inode.
+        let base = 12 + p;
+        scan.items.push((
+            100,
+            Live::Indirect {
+                ino: 7,
+                level: 1,
+                index: base,
+            },
+        ));
+        scan.items.push((
+            101,
+            Live::Indirect {
+                ino: 7,
+                level: 1,
+                index: base + p,
+            },
+        ));
+        scan.items.push((102, Live::Inode { ino: 7, slot: 1 }));
+        let mut acc = CostAcc::default();
+        acc.add(&scan, p);
+        assert_eq!(acc.inos.len(), 1);
+        assert_eq!(acc.ptrs.len(), 3, "two level-1 blocks and their one parent");
+        let b = acc.bound(&g, 3, 100);
+        // 1 inode block + 1 spare + 3 pointer blocks, 3 summary blocks, and a checkpoint of
+        // 4 meta blocks (3 due, 1 inode map block) with 3 of its own.
+        assert_eq!(b, 5 + 3 + 4 + 3);
+    }
+}

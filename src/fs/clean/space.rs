@@ -1,0 +1,298 @@
+//! The log's space: reserves, pending charges, and admission of operations.
+
+use super::*;
+use crate::format::inode::inodes_per_block;
+use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED};
+use crate::fs::Fs;
+use crate::{FsError, Result};
+use std::sync::atomic::Ordering;
+
+impl Fs {
+    pub(super) fn geometry(&self) -> Geometry {
+        Geometry {
+            block_size: self.sb.block_size as u64,
+            segment_blocks: self.sb.segment_blocks as u64,
+            segments: self.sb.segments,
+            ppb: self.ppb,
+            ipb: inodes_per_block(self.sb.block_size) as u64,
+        }
+    }
+
+    /// Bytes of log segment `seg`.
+    pub(super) fn segment_bytes_of(&self, seg: u64) -> u64 {
+        (self.sb.segment_end(seg) - self.sb.segment_start(seg)) * self.sb.block_size as u64
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Space accounting and admission
+    // ------------------------------------------------------------------------------------
+
+    pub fn clean_segments_count(&self) -> u64 {
+        self.tables.lock().ifile.clean_segments()
+    }
+
+    /// Clean segments only the cleaner may use: the worst case of a one-segment pass plus
+    /// one for operations in flight.
+    pub fn cleaner_reserve(&self) -> u64 {
+        let g = self.geometry();
+        let meta_total = meta_total_blocks(&self.tables.lock());
+        g.pass_bound(1, meta_total).div_ceil(g.seg_eff()) + 1
+    }
+
+    /// Clean segments kept back from writers: they get ENOSPC before touching them. Deletes
+    /// may use all but the cleaner's part.
+    pub fn reserve_segments(&self) -> u64 {
+        self.cleaner_reserve() + DELETE_SEGMENTS
+    }
+
+    /// Live bytes writers may reach: beyond it they get ENOSPC, because cleaning a log that
+    /// full would cost more than it gains. A twentieth of the log (at least two segments)
+    /// stays free beyond the reserve.
+    pub(super) fn live_limit_bytes(&self, reserve: u64) -> u64 {
+        let g = self.geometry();
+        let log = self.sb.segments - 1;
+        let gap = (log / 20).max(2);
+        log.saturating_sub(reserve + gap) * g.seg_eff() * g.block_size
+    }
+
+    /// Upper bound of the log blocks that writing everything dirty now takes, with the
+    /// checkpoint after it.
+    pub(crate) fn pending_blocks(&self) -> u64 {
+        let g = self.geometry();
+        let meta = meta_dirty_blocks(&self.tables.lock(), &g);
+        self.pending_blocks_with(meta)
+    }
+
+    /// `pending_blocks` with the checkpoint's `meta` blocks known.
+    pub(super) fn pending_blocks_with(&self, meta: u64) -> u64 {
+        let g = self.geometry();
+        let inodes = self.dirty.lock().len() as u64;
+        let records = self.records.lock().len() as u64;
+        let nodes = self.tree.dirty_count() as u64;
+        let freed = self.tree.freed_count() as u64;
+        let charged = self.cleaner.charged.load(Ordering::Acquire)
+            + self.cleaner.inflight.load(Ordering::Acquire)
+            + self.cleaner.claimed.load(Ordering::Acquire);
+        let blocks = inodes.div_ceil(g.ipb) + nodes + charged;
+        blocks + g.summary_blocks(blocks, records + freed + charged) + g.checkpoint_blocks(meta)
+    }
+
+    pub(crate) fn space(&self) -> Space {
+        let g = self.geometry();
+        let (clean, meta_total, meta_dirty) = {
+            let t = self.tables.lock();
+            (
+                t.ifile.clean_segments(),
+                meta_total_blocks(&t),
+                meta_dirty_blocks(&t, &g),
+            )
+        };
+        let cleaner_reserve = g.pass_bound(1, meta_total).div_ceil(g.seg_eff()) + 1;
+        let reserve = cleaner_reserve + DELETE_SEGMENTS;
+        Space {
+            clean,
+            pending: self.pending_blocks_with(meta_dirty),
+            growth: self.cleaner.charged.load(Ordering::Acquire)
+                + self.cleaner.inflight.load(Ordering::Acquire),
+            seg_eff: g.seg_eff(),
+            reserve,
+            cleaner_reserve,
+            live_limit_bytes: self.live_limit_bytes(reserve),
+        }
+    }
+
+    pub(super) fn live_bytes_total(&self) -> u64 {
+        let key = (
+            self.durable_seq.load(Ordering::Acquire),
+            self.stats.lock().checkpoints,
+        );
+        if let Some((seq, ckpts, live)) = *self.cleaner.live_cache.lock() {
+            if (seq, ckpts) == key {
+                return live;
+            }
+        }
+        let live = self
+            .tables
+            .lock()
+            .ifile
+            .usage
+            .iter()
+            .map(|u| u.live_bytes as u64)
+            .sum();
+        *self.cleaner.live_cache.lock() = Some((key.0, key.1, live));
+        live
+    }
+
+    /// Is there room for `op` now?
+    pub(super) fn fits(&self, sp: &Space, op: Admit) -> bool {
+        let floor = match op {
+            Admit::Delete => sp.cleaner_reserve,
+            _ => sp.reserve,
+        };
+        if sp.clean * sp.seg_eff < sp.pending + floor * sp.seg_eff {
+            return false;
+        }
+        if op == Admit::Delete {
+            return true;
+        }
+        // Live bytes are all in dirty segments: no need to add them up while those could not
+        // hold more than the limit anyway.
+        let bs = self.sb.block_size as u64;
+        let most = (self.sb.segments - 1 - sp.clean.min(self.sb.segments - 1))
+            * self.sb.segment_blocks as u64
+            * bs;
+        let growth = sp.growth * bs;
+        most + growth <= sp.live_limit_bytes
+            || self.live_bytes_total() + growth <= sp.live_limit_bytes
+    }
+
+    /// Admit an operation that changes the file system. Called before the operation takes
+    /// any lock, so the cleaner can lock what it moves. When the log is short of clean
+    /// segments this writes what is pending, checkpoints and cleans (greedy, in this thread)
+    /// until there is room; ENOSPC when there is none to be had. The operation's charge
+    /// counts as pending until the returned guard is dropped.
+    pub(crate) fn admit(&self, op: Admit) -> Result<Admission<'_>> {
+        self.writable()?;
+        let c = &self.cleaner;
+        c.inflight.fetch_add(OP_BLOCKS, Ordering::AcqRel);
+        let guard = Admission {
+            fs: self,
+            charge: OP_BLOCKS,
+        };
+        c.last_write_ms
+            .store(c.epoch.elapsed().as_millis() as u64, Ordering::Release);
+        if !self.fits(&self.space(), op) {
+            self.make_room(op)?;
+        }
+        Ok(guard)
+    }
+
+    /// Count `blocks` log blocks an operation dirtied that the dirty counters do not show
+    /// (call under the gate, so the next snapshot holds them).
+    pub(crate) fn charge_log_blocks(&self, blocks: u64) {
+        self.cleaner.charged.fetch_add(blocks, Ordering::AcqRel);
+    }
+
+    /// Charge the indirect blocks a change of file blocks `first..=last` may dirty: the
+    /// level-1 blocks over the range and two ancestors each.
+    pub(crate) fn charge_block_range(&self, first: u64, last: u64) {
+        if last < crate::format::inode::NDIRECT as u64 {
+            return;
+        }
+        let l1 = (last - first) / self.ppb + 2;
+        self.charge_log_blocks(3 * l1);
+    }
+
+    pub(super) fn make_room(&self, op: Admit) -> Result<()> {
+        let _one = self.cleaner.room.lock();
+        if self.fits(&self.space(), op) {
+            return Ok(());
+        }
+        // What is pending was admitted against the room above the reserve: write it.
+        self.sync_log()?;
+        if self.fits(&self.space(), op) {
+            return Ok(());
+        }
+        let key = (self.clean_segments_count(), self.live_bytes_total());
+        let enospc = || {
+            self.cleaner.counters.lock().enospc += 1;
+            Err(FsError::Errno(libc::ENOSPC))
+        };
+        if op != Admit::Delete {
+            let sp = self.space();
+            let growth = sp.growth * self.sb.block_size as u64;
+            if key.1 + growth > sp.live_limit_bytes {
+                log::debug!(
+                    "{op:?}: {} live bytes and {growth} pending reach the limit of {}: ENOSPC",
+                    key.1,
+                    sp.live_limit_bytes
+                );
+                return enospc();
+            }
+        }
+        // Writers refused once are refused at once until something changes; deletes need
+        // less room and always try.
+        if op != Admit::Delete && *self.cleaner.futile.lock() == Some(key) {
+            log::debug!("{op:?}: still nothing worth cleaning: ENOSPC");
+            return enospc();
+        }
+        // Segments whose blocks all died since the last checkpoint become clean with one.
+        self.checkpoint(false)?;
+        let mut last = None;
+        for _ in 0..64 {
+            if self.fits(&self.space(), op) {
+                *self.cleaner.futile.lock() = None;
+                return Ok(());
+            }
+            let r = self.emergency_pass()?;
+            let done = r.cleaned.is_empty();
+            last = Some(r);
+            if done {
+                break;
+            }
+        }
+        if self.fits(&self.space(), op) {
+            return Ok(());
+        }
+        let sp = self.space();
+        let why = last
+            .and_then(|r| r.refused.first().map(|(s, w)| format!("segment {s}: {w}")))
+            .unwrap_or_default();
+        log::warn!(
+            "log full for {op:?}: {} clean segments (reserve {}), {} pending blocks, {} live \
+             bytes (limit {}), nothing worth cleaning ({why}); ENOSPC",
+            sp.clean,
+            sp.reserve,
+            sp.pending,
+            self.live_bytes_total(),
+            sp.live_limit_bytes
+        );
+        if op != Admit::Delete {
+            *self.cleaner.futile.lock() =
+                Some((self.clean_segments_count(), self.live_bytes_total()));
+        }
+        enospc()
+    }
+}
+
+impl Fs {
+    /// Log bytes writers may still fill, for statfs: the clean segments above the reserve
+    /// plus the dead bytes cleaning can take back, at most up to the live limit, less what
+    /// is pending.
+    pub(crate) fn log_room_bytes(&self) -> u64 {
+        let sp = self.space();
+        let bs = self.sb.block_size as u64;
+        let seg_bytes = self.sb.segment_blocks as u64 * bs;
+        let (live, dead) = {
+            let t = self.tables.lock();
+            let mut live = 0u64;
+            let mut dead = 0u64;
+            // Dead space is worth counting in segments cleaning can reclaim even with the
+            // clean segments down to the reserve: cleaning k of them, utilization u, with
+            // k*u segments of room gains k*(1-u) >= 1 for u <= (R-1)/R.
+            let r = sp.reserve.max(2) as f64;
+            let reclaim = ((r - 1.0) / r).min(crate::clean::MAX_VICTIM_UTILIZATION);
+            for u in &t.ifile.usage {
+                live += u.live_bytes as u64;
+                let victim = u.flags & SEG_DIRTY != 0 && u.flags & (SEG_ACTIVE | SEG_RESERVED) == 0;
+                if victim && (u.live_bytes as f64) <= reclaim * seg_bytes as f64 {
+                    dead += seg_bytes - (u.live_bytes as u64).min(seg_bytes);
+                }
+            }
+            (live, dead)
+        };
+        let clean_room =
+            (sp.clean.saturating_sub(sp.reserve) * sp.seg_eff * bs).saturating_sub(sp.pending * bs);
+        let by_limit = sp.live_limit_bytes.saturating_sub(live + sp.growth * bs);
+        by_limit.min(clean_room + dead)
+    }
+
+    /// Log bytes one more inode takes: its share of an INODES block.
+    pub(crate) fn inode_log_bytes(&self) -> u64 {
+        self.sb.block_size as u64 / inodes_per_block(self.sb.block_size) as u64
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Finding what is live
+    // ------------------------------------------------------------------------------------
+}
