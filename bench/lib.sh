@@ -97,6 +97,8 @@ bench_fs_label() {
     esac
 }
 
+bench_is_fuse() { case "$1" in dualfs | dualfs-wb | fuse2fs | memfs) return 0 ;; *) return 1 ;; esac; }
+
 bench_check_fs_list() {
     local f
     for f in "$@"; do
@@ -285,3 +287,43 @@ bench_perf_stop() {
 }
 # bench_perf_wanted FS "LIST": is FS in the space-separated list given to --perf?
 bench_perf_wanted() { case " $2 " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+# Count the FUSE requests the kernel sends to the file system mounted at MNT, by opcode, between
+# bench_fuseops_start and bench_fuseops_stop (perf and the fuse:fuse_request_send tracepoint;
+# other FUSE mounts on the machine are filtered out by their connection number).
+# bench_fuseops_stop sets BENCH_FUSEOPS to "TOTAL OP=N OP=N ..." (most frequent first).
+BENCH_FUSEOPS_PID=""
+BENCH_FUSEOPS_CONN=""
+bench_fuseops_start() { # MNT
+    local dev
+    dev=$(mountpoint -d "$1") || return 0
+    # The kernel's dev_t: major << 20 | minor.
+    BENCH_FUSEOPS_CONN=$(( (${dev%%:*} << 20) | ${dev#*:} ))
+    perf record -q -e fuse:fuse_request_send -a -o "$BENCH_TMP/fuseops.data" >/dev/null 2>&1 &
+    BENCH_FUSEOPS_PID=$!
+    sleep 0.5
+}
+bench_fuseops_stop() {
+    BENCH_FUSEOPS="n/a"
+    [ -n "$BENCH_FUSEOPS_PID" ] || return 0
+    kill -INT "$BENCH_FUSEOPS_PID" 2>/dev/null
+    wait "$BENCH_FUSEOPS_PID" 2>/dev/null || true
+    BENCH_FUSEOPS_PID=""
+    local counts
+    counts=$(perf script -i "$BENCH_TMP/fuseops.data" -F trace 2>/dev/null | awk -v conn="$BENCH_FUSEOPS_CONN" '
+        { c = ""; op = ""
+          for (i = 1; i < NF; i++) { if ($i == "connection") c = $(i + 1); if ($i == "opcode") op = $(i + 2) }
+          if (c != conn) next
+          gsub(/[()]/, "", op); sub(/^FUSE_/, "", op); n[op]++ }
+        END { for (o in n) print n[o], o }' | sort -k1,1nr)
+    BENCH_FUSEOPS=$(awk 'NF == 2 { t += $1; s = s " " $2 "=" $1 } END { printf "%d%s\n", t, s }' <<<"$counts")
+    rm -f "$BENCH_TMP/fuseops.data"
+}
+
+# CPU seconds (user + system, all threads) a process has used so far; "" if it is gone.
+bench_proc_cpu() { # PID
+    local stat
+    [ -n "$1" ] && stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    stat=${stat##*) }   # the fields after "(comm) "; utime and stime are the 12th and 13th
+    awk -v s="$stat" -v hz="$(getconf CLK_TCK)" 'BEGIN { split(s, f, " "); printf "%.2f\n", (f[12] + f[13]) / hz }'
+}

@@ -8,6 +8,7 @@
 #   bench/postmark.sh --files 5000 --transactions 10000 --subdirs 10
 #   bench/postmark.sh --fs "dualfs ext4 memfs"      # a subset
 #   bench/postmark.sh --perf dualfs        # also perf record -g the DualFS daemon during its run
+#   bench/postmark.sh --fuse-ops           # count the FUSE requests of each FUSE file system, by kind
 #
 # Defaults are those of the DualFS paper: 20,000 files of 500 B-10 KB in 100 subdirectories,
 # 50,000 transactions; PostMark's other settings stay at its defaults (512-byte reads and
@@ -26,8 +27,8 @@ export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
 REPEAT=1 FILES=20000 TRANSACTIONS=50000 SUBDIRS=100 MIN_SIZE=500 MAX_SIZE=10000
-FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=4G
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=4G FUSE_OPS=""
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --repeat) REPEAT=$2; shift 2 ;;
@@ -37,6 +38,7 @@ while [ $# -gt 0 ]; do
         --size) MIN_SIZE=${2%-*}; MAX_SIZE=${2#*-}; shift 2 ;;
         --fs) FS_LIST=$2; shift 2 ;;
         --perf) PERF_FS=$2; shift 2 ;;
+        --fuse-ops) FUSE_OPS=1; shift ;;
         --image-size) SIZE=$2; shift 2 ;;
         -h | --help) usage 0 ;;
         *) echo "unknown argument $1" >&2; usage 1 ;;
@@ -47,7 +49,7 @@ bench_check_fs_list $FS_LIST
 
 bench_init
 bench_install postmark fuse2fs e2fsprogs coreutils
-[ -n "$PERF_FS" ] && bench_install linux-perf
+[ -n "$PERF_FS$FUSE_OPS" ] && bench_install linux-perf
 bench_build
 
 declare -A R=()  # "fs|metric|round" -> value
@@ -59,6 +61,7 @@ run_one() {
     fs_mount "$fs" "$mnt" "$SIZE"
     sync
     bench_perf_wanted "$fs" "$PERF_FS" && bench_perf_start "$fs" "$mnt" "postmark-$fs-$round"
+    [ -n "$FUSE_OPS" ] && bench_is_fuse "$fs" && bench_fuseops_start "$mnt"
     bench_log "$(bench_fs_label "$fs"): PostMark round $round"
     t0=$(bench_now)
     # Each progress line ("Creating files...Done") ends when its phase ends: timestamp them.
@@ -68,6 +71,11 @@ run_one() {
         while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$out"
     R[$fs|wall|$round]=$(bench_since "$t0")
     bench_perf_wanted "$fs" "$PERF_FS" && bench_perf_stop
+    if [ -n "$FUSE_OPS" ] && bench_is_fuse "$fs"; then
+        bench_fuseops_stop
+        R[$fs|ops|$round]=$BENCH_FUSEOPS
+        bench_log "$(bench_fs_label "$fs"): FUSE requests: $BENCH_FUSEOPS"
+    fi
     fs_umount "$fs" "$mnt"
     R[$fs|umount|$round]=$BENCH_UMOUNT_SECS
     # Phase ends from the timestamps; PostMark's own figures from its report.
@@ -143,5 +151,12 @@ if [ "$REPEAT" -gt 1 ]; then
         line=""
         for r in $(seq 1 "$REPEAT"); do line="$line ${R[$fs|wall|$r]:-n/a} (${R[$fs|umount|$r]:-n/a})"; done
         printf '%-17s%s\n' "$(bench_fs_label "$fs")" "$line"
+    done
+fi
+if [ -n "$FUSE_OPS" ]; then
+    echo
+    echo "FUSE requests during the run (round 1): total, then by kind:"
+    for fs in $FS_LIST; do
+        bench_is_fuse "$fs" && printf '%-17s %s\n' "$(bench_fs_label "$fs")" "${R[$fs|ops|1]:-n/a}"
     done
 fi
