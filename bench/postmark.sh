@@ -131,7 +131,7 @@ echo
 echo "As PostMark reports them (whole seconds):"
 printf '%-17s %8s %8s %10s %10s %10s\n' "file system" "total s" "tx/s" "read MB/s" "write MB/s" "x $REF"
 for fs in $FS_LIST; do
-    printf '%-17s %8s %8s %10s %10s %10s\n' "$(bench_fs_label "$fs")" "${M[$fs|pmtotal]%.000}" "${M[$fs|pmtps]%.000}" \
+    printf '%-17s %8s %8s %10s %10s %10s\n' "$(bench_fs_label "$fs")" "${M[$fs|pmtotal]%.*}" "${M[$fs|pmtps]%.*}" \
         "${M[$fs|rd]}" "${M[$fs|wr]}" "$(bench_ratio "${M[$fs|pmtps]}" "${M[$REF|pmtps]}")"
 done
 echo
@@ -141,7 +141,7 @@ for fs in $FS_LIST; do
     tot_um=$(awk -v a="${M[$fs|wall]}" -v b="${M[$fs|umount]}" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) print a + b; else print "n/a" }')
     ref_um=$(awk -v a="${M[$REF|wall]}" -v b="${M[$REF|umount]}" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) print a + b; else print "n/a" }')
     printf '%-17s %8s %8s %8s %8s %9s %8s %10s %10s\n' "$(bench_fs_label "$fs")" "${M[$fs|wall]}" "${M[$fs|create]}" \
-        "${M[$fs|tx]}" "${M[$fs|delete]}" "${M[$fs|txps]%.000}" "${M[$fs|umount]}" \
+        "${M[$fs|tx]}" "${M[$fs|delete]}" "${M[$fs|txps]%.*}" "${M[$fs|umount]}" \
         "$(bench_ratio "${M[$REF|wall]}" "${M[$fs|wall]}")" "$(bench_ratio "$ref_um" "$tot_um")"
 done
 if [ "$REPEAT" -gt 1 ]; then
