@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Kernel compile on DualFS (with and without -o writeback_cache), kernel ext2/ext3/ext4 on loop
+# devices, fuse2fs (on an ext4 image) and memfs (the in-memory FUSE ceiling), all in one run:
+# unpack Debian's linux-source tree onto each, configure, build, make clean, rm -rf, unmount;
+# each phase timed separately, with a table and each file system's ratio to DualFS.
+#
+#   bench/kernel-compile.sh                        # tinyconfig, make -j2, one round
+#   bench/kernel-compile.sh --config defconfig     # the default configuration (much longer)
+#   bench/kernel-compile.sh --repeat 3             # three rounds (file systems interleaved), medians
+#   bench/kernel-compile.sh --fs "dualfs ext4"     # a subset
+#   bench/kernel-compile.sh --jobs 4               # make -j4 (default: -j2)
+#   bench/kernel-compile.sh --perf dualfs          # perf record -g the DualFS daemon in each phase
+#   bench/kernel-compile.sh --fuse-ops             # count each FUSE file system's requests per phase
+#
+# The tarball (/usr/src/linux-source-*.tar.xz, package linux-source) is decompressed once into
+# the temporary folder, so "unpack" times `tar -xf` of a plain tar that is in the page cache:
+# file creation, not xz. Phases: unpack (tar -xf), config (make CONFIG), build (make -jN),
+# clean (make clean), rm (rm -rf of the tree), umount (from the unmount call until everything
+# is on the images). A phase that fails is reported as n/a, with the reason under the table
+# (memfs has no symlinks: tar cannot create the tree's symlinks; the rest still runs on the
+# tree without them, marked *). Ratios are speed relative to DualFS: DualFS's time / this one's
+# (above 1 = faster than DualFS).
+#
+# Needs root and /dev/fuse; installs linux-source, the kernel's build dependencies and fuse2fs
+# with apt-get if they are missing.
+set -euo pipefail
+export LC_ALL=C
+. "$(dirname "$0")/lib.sh"
+
+REPEAT=1 CONFIG=tinyconfig JOBS=2 FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=24G TARBALL="" FUSE_OPS=""
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --repeat) REPEAT=$2; shift 2 ;;
+        --config) CONFIG=$2; shift 2 ;;
+        --jobs | -j) JOBS=$2; shift 2 ;;
+        --fs) FS_LIST=$2; shift 2 ;;
+        --perf) PERF_FS=$2; shift 2 ;;
+        --fuse-ops) FUSE_OPS=1; shift ;;
+        --image-size) SIZE=$2; shift 2 ;;
+        --tarball) TARBALL=$2; shift 2 ;;
+        -h | --help) usage 0 ;;
+        *) echo "unknown argument $1" >&2; usage 1 ;;
+    esac
+done
+case "$CONFIG" in tinyconfig | defconfig | allnoconfig) ;; *) bench_die "--config: tinyconfig or defconfig" ;; esac
+# shellcheck disable=SC2086
+bench_check_fs_list $FS_LIST
+
+bench_init
+bench_install linux-source build-essential bc flex bison libelf-dev libssl-dev xz-utils cpio \
+    perl kmod time fuse2fs e2fsprogs
+[ -n "$PERF_FS$FUSE_OPS" ] && bench_install linux-perf
+bench_build
+
+if [ -z "$TARBALL" ]; then
+    TARBALL=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -n 1)
+    [ -n "$TARBALL" ] || bench_die "no /usr/src/linux-source-*.tar.xz (apt-get install linux-source)"
+fi
+case "$TARBALL" in
+    *.tar) TAR=$TARBALL ;;
+    *)
+        bench_log "decompressing $TARBALL"
+        TAR="$BENCH_TMP/linux.tar"
+        case "$TARBALL" in
+            *.gz) gzip -dc "$TARBALL" >"$TAR" ;;
+            *) xz -dc -T0 "$TARBALL" >"$TAR" ;;
+        esac
+        ;;
+esac
+TREE=$(tar -tf "$TAR" | awk -F/ 'NR == 1 { print $1 }')
+read -r N_ENTRIES N_SYMLINKS N_HARDLINKS < <(tar -tvf "$TAR" |
+    awk '{ n++ } /^l/ { s++ } /^h/ { h++ } END { print n + 0, s + 0, h + 0 }')
+TAR_MB=$(($(stat -c %s "$TAR") >> 20))
+bench_log "$TREE: $N_ENTRIES entries ($N_SYMLINKS symlinks, $N_HARDLINKS hard links), $TAR_MB MiB"
+
+LOG_DIR=${BENCH_LOG_DIR:-/var/tmp/dualfs-bench-logs}   # logs of failed phases are kept there
+declare -A R=()      # "fs|phase|round" -> seconds or n/a
+declare -A CPU=()    # "fs|phase|user/sys/daemon|round" -> CPU seconds
+declare -A OPS=()    # "fs|phase|round" -> FUSE requests (--fuse-ops)
+declare -A FLAG=()   # "fs|phase" -> a mark printed after the figure
+declare -A NOTE=()   # fs -> notes (reasons for n/a, partial trees)
+PHASES="unpack config build clean rm umount"
+
+note() { # fs text: remember a note once
+    case "${NOTE[$1]:-}" in *"$2"*) ;; *) NOTE[$1]="${NOTE[$1]:+${NOTE[$1]}; }$2" ;; esac
+}
+
+# phase FS ROUND NAME LOG CMD...: run CMD timed, its output in LOG; R gets the time or n/a.
+phase() {
+    local fs=$1 round=$2 name=$3 log=$4 t0 rc=0
+    shift 4
+    bench_perf_wanted "$fs" "$PERF_FS" && bench_perf_start "$fs" "$MNT" "kc-$fs-$name-$round"
+    [ -n "$FUSE_OPS" ] && bench_is_fuse "$fs" && bench_fuseops_start "$MNT"
+    local dpid="" d0="" d1=""
+    bench_is_fuse "$fs" && dpid=$(fs_daemon_pid "$fs" "$MNT") && d0=$(bench_proc_cpu "$dpid")
+    t0=$(bench_now)
+    /usr/bin/time -f "%U %S" -o "$log.cpu" "$@" >"$log" 2>&1 || rc=$?
+    R[$fs|$name|$round]=$(bench_since "$t0")
+    [ -n "$d0" ] && d1=$(bench_proc_cpu "$dpid")
+    # CPU seconds: the command's user and system time (with its children), the FUSE daemon's.
+    read -r CPU_U CPU_S < <(tail -n 1 "$log.cpu")
+    CPU[$fs|$name|user|$round]=$CPU_U
+    CPU[$fs|$name|sys|$round]=$CPU_S
+    CPU[$fs|$name|daemon|$round]=$(awk -v a="$d0" -v b="$d1" 'BEGIN { if (a == "" || b == "") print "-"; else printf "%.2f\n", b - a }')
+    bench_perf_wanted "$fs" "$PERF_FS" && bench_perf_stop
+    if [ -n "$FUSE_OPS" ] && bench_is_fuse "$fs"; then
+        bench_fuseops_stop
+        OPS[$fs|$name|$round]=$BENCH_FUSEOPS
+        bench_log "$(bench_fs_label "$fs"): $name FUSE requests: $BENCH_FUSEOPS"
+    fi
+    if [ $rc != 0 ] && [ "$name" = build ] && grep -q "bzImage is ready" "$log" &&
+        grep -q "failed to create symbolic link" "$log"; then
+        # Everything was built; only the final `ln -s` next to bzImage failed (no symlinks).
+        FLAG[$fs|build]="+"
+        note "$fs" "build (+): bzImage was built, only the final 'ln -s' of it failed (no symlinks); its time is shown"
+        bench_log "$(bench_fs_label "$fs"): build ${R[$fs|$name|$round]} s (bzImage built; the final ln -s failed)"
+        return 0
+    fi
+    if [ $rc != 0 ]; then
+        R[$fs|$name|$round]="n/a"
+        local why
+        why=$(grep -m1 -E "error:|\*\*\*|Error [0-9]|Cannot|not implemented|not permitted|No such file" "$log" ||
+            tail -n 1 "$log")
+        mkdir -p "$LOG_DIR"
+        cp "$log" "$LOG_DIR/kc-$fs-$name-$round.log"
+        note "$fs" "$name failed: ${why:0:160}"
+        bench_log "$(bench_fs_label "$fs"): $name FAILED (exit $rc): ${why:0:200} (log: $LOG_DIR/kc-$fs-$name-$round.log)"
+        tail -n 5 "$log" >&2
+        return 1
+    fi
+    bench_log "$(bench_fs_label "$fs"): $name ${R[$fs|$name|$round]} s"
+}
+
+run_one() {
+    local fs=$1 round=$2 logs="$BENCH_TMP/logs-$1-$2" src partial=""
+    MNT="$BENCH_TMP/mnt-$fs"
+    src="$MNT/$TREE"
+    mkdir -p "$logs"
+    bench_log "$(bench_fs_label "$fs"): mkfs + mount (round $round)"
+    fs_mount "$fs" "$MNT" "$SIZE"
+    sync
+    if ! phase "$fs" "$round" unpack "$logs/unpack.log" tar -xf "$TAR" -C "$MNT"; then
+        local n_err
+        n_err=$(grep -c "Cannot\|Error" "$logs/unpack.log" || true)
+        note "$fs" "tar reported $n_err errors; the phases after it ran on the partial tree (*)"
+        partial="*"
+    fi
+    if [ -d "$src" ]; then
+        phase "$fs" "$round" config "$logs/config.log" make -C "$src" "$CONFIG" || true
+        phase "$fs" "$round" build "$logs/build.log" make -C "$src" -j"$JOBS" || true
+        phase "$fs" "$round" clean "$logs/clean.log" make -C "$src" clean || true
+        phase "$fs" "$round" rm "$logs/rm.log" rm -rf "$src" || true
+    else
+        for p in config build clean rm; do R[$fs|$p|$round]="n/a"; done
+        note "$fs" "no source tree after unpack"
+    fi
+    fs_umount "$fs" "$MNT"
+    R[$fs|umount|$round]=$BENCH_UMOUNT_SECS
+    R[$fs|partial]=$partial
+    bench_log "$(bench_fs_label "$fs"): umount $BENCH_UMOUNT_SECS s"
+}
+
+for round in $(seq 1 "$REPEAT"); do
+    for fs in $FS_LIST; do run_one "$fs" "$round"; done
+done
+
+REF=dualfs
+case " $FS_LIST " in *" dualfs "*) ;; *) REF=${FS_LIST%% *} ;; esac
+declare -A M=()
+for fs in $FS_LIST; do
+    for p in $PHASES; do
+        v=()
+        for r in $(seq 1 "$REPEAT"); do v+=("${R[$fs|$p|$r]:-n/a}"); done
+        M[$fs|$p]=$(bench_median "${v[@]}")
+    done
+    # The sum of the phases that all completed.
+    M[$fs|total]=$(awk -v a="${M[$fs|unpack]}" -v b="${M[$fs|config]}" -v c="${M[$fs|build]}" -v d="${M[$fs|clean]}" \
+        -v e="${M[$fs|rm]}" -v f="${M[$fs|umount]}" 'BEGIN { s = 0
+        n = split(a " " b " " c " " d " " e " " f, x, " ")
+        for (i = 1; i <= n; i++) { if (x[i] !~ /^[0-9.]+$/) { print "n/a"; exit } s += x[i] }
+        printf "%.3f\n", s }')
+done
+
+echo
+echo "Kernel compile: $TREE ($N_ENTRIES entries, $N_SYMLINKS symlinks, $TAR_MB MiB), make $CONFIG, make -j$JOBS;" \
+    "median of $REPEAT round(s); $(nproc) CPUs, kernel $(uname -r)"
+echo "Seconds per phase; x $REF = $(bench_fs_label "$REF")'s time / this one's (above 1 = faster than $(bench_fs_label "$REF"))"
+echo
+printf '%-17s %9s %8s %9s %8s %8s %8s %9s | %7s %7s %7s %7s %7s\n' "file system" "unpack" "config" "build" "clean" "rm" \
+    "umount" "total" "unpack" "build" "clean" "rm" "total"
+for fs in $FS_LIST; do
+    p=${R[$fs|partial]:-}
+    printf '%-17s %9s %8s %9s %8s %8s %8s %9s | %7s %7s %7s %7s %7s\n' "$(bench_fs_label "$fs")" \
+        "${M[$fs|unpack]}" "${M[$fs|config]}$p" "${M[$fs|build]}$p${FLAG[$fs|build]:-}" "${M[$fs|clean]}$p" "${M[$fs|rm]}$p" \
+        "${M[$fs|umount]}$p" "${M[$fs|total]}" \
+        "$(bench_ratio "${M[$REF|unpack]}" "${M[$fs|unpack]}")" "$(bench_ratio "${M[$REF|build]}" "${M[$fs|build]}")" \
+        "$(bench_ratio "${M[$REF|clean]}" "${M[$fs|clean]}")" "$(bench_ratio "${M[$REF|rm]}" "${M[$fs|rm]}")" \
+        "$(bench_ratio "${M[$REF|total]}" "${M[$fs|total]}")"
+done
+printf '%-17s %s\n' "" "(ratios: x $REF)"
+for fs in $FS_LIST; do
+    [ -n "${NOTE[$fs]:-}" ] && printf '%s: %s\n' "$(bench_fs_label "$fs")" "${NOTE[$fs]}"
+done
+echo
+echo "CPU seconds (median): the phase's commands user + system (with their children), and the FUSE"
+echo "daemon's user + system; the build's user time is the same work everywhere, so a load change"
+echo "shows there, while the file system's own cost shows in system and daemon time."
+printf '%-17s %22s %22s %22s\n' "" "unpack" "build" "rm"
+printf '%-17s %22s %22s %22s\n' "file system" "user/sys/daemon" "user/sys/daemon" "user/sys/daemon"
+for fs in $FS_LIST; do
+    line=""
+    for p in unpack build rm; do
+        cell=""
+        for k in user sys daemon; do
+            v=()
+            for r in $(seq 1 "$REPEAT"); do v+=("${CPU[$fs|$p|$k|$r]:-n/a}"); done
+            m=$(bench_median "${v[@]}")
+            [ "$m" = n/a ] && m="-"
+            cell="${cell:+$cell/}${m%0}"
+        done
+        line="$line $(printf '%22s' "$cell")"
+    done
+    printf '%-17s%s\n' "$(bench_fs_label "$fs")" "$line"
+done
+if [ "$REPEAT" -gt 1 ]; then
+    echo
+    echo "Every round, seconds (unpack/build/rm):"
+    for fs in $FS_LIST; do
+        line=""
+        for r in $(seq 1 "$REPEAT"); do line="$line ${R[$fs|unpack|$r]:-n/a}/${R[$fs|build|$r]:-n/a}/${R[$fs|rm|$r]:-n/a}"; done
+        printf '%-17s%s\n' "$(bench_fs_label "$fs")" "$line"
+    done
+fi
+if [ -n "$FUSE_OPS" ]; then
+    echo
+    echo "FUSE requests per phase (round 1): total, then by kind:"
+    for fs in $FS_LIST; do
+        bench_is_fuse "$fs" || continue
+        for p in unpack config build clean rm; do
+            printf '%-17s %-7s %s\n' "$(bench_fs_label "$fs")" "$p" "${OPS[$fs|$p|1]:-n/a}"
+        done
+    done
+fi

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# PostMark on DualFS (with and without -o writeback_cache), kernel ext2/ext3/ext4 on loop
+# devices, fuse2fs (on an ext4 image) and memfs (the in-memory FUSE ceiling), all in one run,
+# with a table of the figures and each file system's ratio to DualFS.
+#
+#   bench/postmark.sh                      # 20,000 files, 100 subdirectories, 50,000 transactions
+#   bench/postmark.sh --repeat 3           # three rounds (file systems interleaved), medians
+#   bench/postmark.sh --files 5000 --transactions 10000 --subdirs 10
+#   bench/postmark.sh --fs "dualfs ext4 memfs"      # a subset
+#   bench/postmark.sh --perf dualfs        # also perf record -g the DualFS daemon during its run
+#   bench/postmark.sh --fuse-ops           # count the FUSE requests of each FUSE file system, by kind
+#
+# Defaults are those of the DualFS paper: 20,000 files of 500 B-10 KB in 100 subdirectories,
+# 50,000 transactions; PostMark's other settings stay at its defaults (512-byte reads and
+# writes, buffered stdio, seed 42), so every file system gets the same operations.
+#
+# PostMark counts time in whole seconds (time(2)), so its own figures are coarse for fast file
+# systems; the script also timestamps PostMark's progress lines and reports the wall-clock
+# time of each phase (create = subdirectories + files, transactions, delete) and "umount":
+# from the unmount call until everything is on the images (kernel: sync; DualFS: its final
+# checkpoint; fuse2fs/memfs: the daemon's exit). Ratios are speed relative to DualFS:
+# DualFS's time / this one's time (above 1 = faster than DualFS).
+#
+# Needs root and /dev/fuse; installs postmark and fuse2fs with apt-get if they are missing.
+set -euo pipefail
+export LC_ALL=C
+. "$(dirname "$0")/lib.sh"
+
+REPEAT=1 FILES=20000 TRANSACTIONS=50000 SUBDIRS=100 MIN_SIZE=500 MAX_SIZE=10000
+FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=4G FUSE_OPS=""
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --repeat) REPEAT=$2; shift 2 ;;
+        --files) FILES=$2; shift 2 ;;
+        --transactions) TRANSACTIONS=$2; shift 2 ;;
+        --subdirs) SUBDIRS=$2; shift 2 ;;
+        --size) MIN_SIZE=${2%-*}; MAX_SIZE=${2#*-}; shift 2 ;;
+        --fs) FS_LIST=$2; shift 2 ;;
+        --perf) PERF_FS=$2; shift 2 ;;
+        --fuse-ops) FUSE_OPS=1; shift ;;
+        --image-size) SIZE=$2; shift 2 ;;
+        -h | --help) usage 0 ;;
+        *) echo "unknown argument $1" >&2; usage 1 ;;
+    esac
+done
+# shellcheck disable=SC2086
+bench_check_fs_list $FS_LIST
+
+bench_init
+bench_install postmark fuse2fs e2fsprogs coreutils
+[ -n "$PERF_FS$FUSE_OPS" ] && bench_install linux-perf
+bench_build
+
+declare -A R=()  # "fs|metric|round" -> value
+
+# One PostMark run on a fresh FS; fills R for this round.
+run_one() {
+    local fs=$1 round=$2 mnt="$BENCH_TMP/mnt-$1" out="$BENCH_TMP/postmark-$1-$2.log" t0
+    bench_log "$(bench_fs_label "$fs"): mkfs + mount"
+    fs_mount "$fs" "$mnt" "$SIZE"
+    sync
+    bench_perf_wanted "$fs" "$PERF_FS" && bench_perf_start "$fs" "$mnt" "postmark-$fs-$round"
+    [ -n "$FUSE_OPS" ] && bench_is_fuse "$fs" && bench_fuseops_start "$mnt"
+    bench_log "$(bench_fs_label "$fs"): PostMark round $round"
+    t0=$(bench_now)
+    # Each progress line ("Creating files...Done") ends when its phase ends: timestamp them.
+    printf 'set location %s\nset number %s\nset transactions %s\nset subdirectories %s\nset size %s %s\nrun\nquit\n' \
+        "$mnt" "$FILES" "$TRANSACTIONS" "$SUBDIRS" "$MIN_SIZE" "$MAX_SIZE" |
+        (cd "$BENCH_TMP" && stdbuf -oL postmark) |
+        while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$out"
+    R[$fs|wall|$round]=$(bench_since "$t0")
+    bench_perf_wanted "$fs" "$PERF_FS" && bench_perf_stop
+    if [ -n "$FUSE_OPS" ] && bench_is_fuse "$fs"; then
+        bench_fuseops_stop
+        R[$fs|ops|$round]=$BENCH_FUSEOPS
+        bench_log "$(bench_fs_label "$fs"): FUSE requests: $BENCH_FUSEOPS"
+    fi
+    fs_umount "$fs" "$mnt"
+    R[$fs|umount|$round]=$BENCH_UMOUNT_SECS
+    # Phase ends from the timestamps; PostMark's own figures from its report.
+    local parsed
+    parsed=$(awk -v t0="$t0" '
+        /Creating files\.\.\.Done/ { files = $1 }
+        /Performing transactions.*Done/ { tx = $1 }
+        /Deleting subdirectories\.\.\.Done/ { del = $1 }
+        /seconds total/ { pmtotal = $2 }
+        /seconds of transactions/ { s = $0; sub(/.*\(/, "", s); sub(/ per second.*/, "", s); pmtps = s }
+        /megabytes read/ { s = $0; sub(/.*\(/, "", s); sub(/ megabytes per second.*/, "", s); rd = s }
+        /megabytes written/ { s = $0; sub(/.*\(/, "", s); sub(/ megabytes per second.*/, "", s); wr = s }
+        END {
+            if (files == "" || tx == "" || del == "" || pmtotal == "") { print "FAIL"; exit }
+            printf "%.3f %.3f %.3f %s %s %s %s\n", files - t0, tx - files, del - tx, pmtotal, pmtps, rd, wr
+        }' "$out")
+    if [ "$parsed" = FAIL ]; then
+        bench_log "$(bench_fs_label "$fs"): PostMark did not complete; its output:"
+        cat "$out" >&2
+        return 0
+    fi
+    local vals k i=0
+    read -r -a vals <<<"$parsed"
+    for k in create tx delete pmtotal pmtps rd wr; do R[$fs|$k|$round]=${vals[$i]}; i=$((i + 1)); done
+    R[$fs|txps|$round]=$(awk -v n="$TRANSACTIONS" -v t="${R[$fs|tx|$round]}" 'BEGIN { printf "%.0f", (t > 0 ? n / t : 0) }')
+    R[$fs|ok|$round]=1
+    bench_log "$(bench_fs_label "$fs"): wall ${R[$fs|wall|$round]} s (create ${R[$fs|create|$round]}, transactions ${R[$fs|tx|$round]}, delete ${R[$fs|delete|$round]}), umount ${R[$fs|umount|$round]} s; PostMark: ${R[$fs|pmtotal|$round]} s, ${R[$fs|pmtps|$round]} tx/s"
+}
+
+for round in $(seq 1 "$REPEAT"); do
+    for fs in $FS_LIST; do run_one "$fs" "$round"; done
+done
+
+med() { # fs metric -> median over rounds where the run completed
+    local v=() r
+    for r in $(seq 1 "$REPEAT"); do
+        if [ -n "${R[$1|ok|$r]:-}" ]; then v+=("${R[$1|$2|$r]}"); fi
+    done
+    bench_median "${v[@]}"
+}
+REF=dualfs
+case " $FS_LIST " in *" dualfs "*) ;; *) REF=${FS_LIST%% *} ;; esac
+declare -A M=()
+for fs in $FS_LIST; do
+    for k in wall create tx delete umount txps pmtotal pmtps rd wr; do M[$fs|$k]=$(med "$fs" "$k"); done
+done
+
+echo
+echo "PostMark: $FILES files of $MIN_SIZE-$MAX_SIZE B in $SUBDIRS subdirectories, $TRANSACTIONS transactions;" \
+    "median of $REPEAT round(s); $(nproc) CPUs, kernel $(uname -r)"
+echo "x $(bench_fs_label "$REF") = $(bench_fs_label "$REF")'s time / this one's (or rate / its rate): above 1 = faster than $(bench_fs_label "$REF")"
+echo
+echo "As PostMark reports them (whole seconds):"
+printf '%-17s %8s %8s %10s %10s %10s\n' "file system" "total s" "tx/s" "read MB/s" "write MB/s" "x $REF"
+for fs in $FS_LIST; do
+    printf '%-17s %8s %8s %10s %10s %10s\n' "$(bench_fs_label "$fs")" "${M[$fs|pmtotal]%.*}" "${M[$fs|pmtps]%.*}" \
+        "${M[$fs|rd]}" "${M[$fs|wr]}" "$(bench_ratio "${M[$fs|pmtps]}" "${M[$REF|pmtps]}")"
+done
+echo
+echo "Wall clock, seconds (PostMark's phases from its progress lines; umount = until all is on the images):"
+printf '%-17s %8s %8s %8s %8s %9s %8s %10s %10s\n' "file system" "total" "create" "trans." "delete" "tx/s" "umount" "x $REF" "x $REF+um"
+for fs in $FS_LIST; do
+    tot_um=$(awk -v a="${M[$fs|wall]}" -v b="${M[$fs|umount]}" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) print a + b; else print "n/a" }')
+    ref_um=$(awk -v a="${M[$REF|wall]}" -v b="${M[$REF|umount]}" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) print a + b; else print "n/a" }')
+    printf '%-17s %8s %8s %8s %8s %9s %8s %10s %10s\n' "$(bench_fs_label "$fs")" "${M[$fs|wall]}" "${M[$fs|create]}" \
+        "${M[$fs|tx]}" "${M[$fs|delete]}" "${M[$fs|txps]%.*}" "${M[$fs|umount]}" \
+        "$(bench_ratio "${M[$REF|wall]}" "${M[$fs|wall]}")" "$(bench_ratio "$ref_um" "$tot_um")"
+done
+if [ "$REPEAT" -gt 1 ]; then
+    echo
+    echo "Every round, wall seconds total (umount):"
+    for fs in $FS_LIST; do
+        line=""
+        for r in $(seq 1 "$REPEAT"); do line="$line ${R[$fs|wall|$r]:-n/a} (${R[$fs|umount|$r]:-n/a})"; done
+        printf '%-17s%s\n' "$(bench_fs_label "$fs")" "$line"
+    done
+fi
+if [ -n "$FUSE_OPS" ]; then
+    echo
+    echo "FUSE requests during the run (round 1): total, then by kind:"
+    for fs in $FS_LIST; do
+        bench_is_fuse "$fs" && printf '%-17s %s\n' "$(bench_fs_label "$fs")" "${R[$fs|ops|1]:-n/a}"
+    done
+fi
