@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (as root: tests mount file systems, use loop devices).
 #   1. every unit, integration, FUSE, crash-state and hostile-image test;
-#   2. each cargo-fuzz target for a few seconds (fuzz/run.sh; cargo-fuzz on stable Rust via
+#   2. the POSIX tests again with -o writeback_cache;
+#   3. each cargo-fuzz target for a few seconds (fuzz/run.sh; cargo-fuzz on stable Rust via
 #      RUSTC_BOOTSTRAP=1, installed if missing). The seeded hostile-image test in step 1 is
 #      the deterministic part; this catches what a short random run finds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Build every binary first: integration tests run the sibling crates' programs
+# (dualfs-cleaner, mkfs-dualfs, fsck-dualfs), which `cargo test` alone only builds as test
+# harnesses, not as target/release/<name>.
+cargo build --workspace --release --locked --bins
 cargo test --workspace --release --locked
+# The POSIX and persistence tests again with the kernel's writeback cache (-o writeback_cache),
+# where writes, times and errors reach the daemon later and by other paths.
+DUALFS_TEST_EXTRA_OPTS=writeback_cache cargo test --release --locked \
+    --test posix_files --test posix_attr --test posix_dirs --test posix_perms \
+    --test posix_rename --test persistence --test threads --test shutdown
 fuzz/run.sh "${DUALFS_FUZZ_SECONDS:-5}"

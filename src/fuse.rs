@@ -331,6 +331,29 @@ impl Filesystem for DualFuse {
             ctime: ctime.map(kernel_time),
         };
         let result = self.fs.setattr(&caller(req), ino.0, &set);
+        // With a writeback cache the kernel keeps mtime/ctime itself and pushes them with a
+        // SETATTR when it writes the inode back, which can come after the file's last name
+        // and handle went and DualFS freed it. Nothing can see those times any more: answer
+        // as a dead regular file (the only kind whose times the kernel caches) instead of
+        // failing the caller's syncfs.
+        let times_only = set.mode.is_none()
+            && set.uid.is_none()
+            && set.gid.is_none()
+            && set.size.is_none()
+            && set.mtime.is_some();
+        if let Err(e) = &result {
+            if self.config.writeback_cache && times_only && e.errno() == libc::ENOENT {
+                let mut dead = negative_attr();
+                dead.ino = ino;
+                dead.mtime = mtime.map_or(dead.mtime, |t| match t {
+                    TimeOrNow::SpecificTime(t) => t,
+                    TimeOrNow::Now => SystemTime::now(),
+                });
+                dead.ctime = ctime.unwrap_or(dead.mtime);
+                reply.attr(&Duration::ZERO, &dead);
+                return;
+            }
+        }
         self.attr(reply, result, "setattr", ino.0);
     }
 
@@ -502,6 +525,11 @@ impl Filesystem for DualFuse {
     ) {
         match self.fs.write(ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
+            // With a writeback cache the kernel may write back pages of a file after its last
+            // name and handle went (and DualFS freed it): those bytes belong to nobody.
+            Err(e) if self.config.writeback_cache && e.errno() == libc::ENOENT => {
+                reply.written(data.len() as u32)
+            }
             Err(e) => reply.error(errno("write", ino.0, &e)),
         }
     }
@@ -514,7 +542,13 @@ impl Filesystem for DualFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.fs.flush(ino.0, fh.0), "flush", ino.0);
+        // Data is on the device when a write returns, so a close has nothing to flush: ENOSYS
+        // makes the kernel stop sending FLUSH (it is only sent at all with a writeback cache;
+        // without one, files are opened with FOPEN_NOFLUSH). Errors still surface.
+        match self.fs.flush(ino.0, fh.0) {
+            Ok(()) => reply.error(Errno::ENOSYS),
+            Err(e) => reply.error(errno("flush", ino.0, &e)),
+        }
     }
 
     fn release(

@@ -408,6 +408,15 @@ impl TestFs {
     pub fn is_dualfs(&self) -> bool {
         self.b.backend.is_dualfs()
     }
+    /// Mounted with the kernel's writeback cache: writes land in the page cache and reach
+    /// the daemon later, so errors such as EFBIG surface at fsync instead of write.
+    pub fn writeback_cache(&self) -> bool {
+        let extra = std::env::var("DUALFS_TEST_EXTRA_OPTS").unwrap_or_default();
+        [extra.as_str(), self.b.mount_opts.as_str()]
+            .iter()
+            .flat_map(|o| o.split(','))
+            .any(|o| o == "writeback_cache")
+    }
     pub fn is_mounted(&self) -> bool {
         self.mounted
     }
