@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Metadata rates against the number of concurrent workers (mdtest-style, one directory per
+# worker: create, stat, unlink), on DualFS, kernel ext4 on a loop device, fuse2fs and memfs
+# (the in-memory FUSE ceiling), all in one run. Prints ops/s for each worker count, the
+# scaling (rate with W workers / rate with 1) and DualFS's share of the FUSE ceiling.
+#
+#   bench/metarate.sh                               # 1, 2 and 4 workers, 20,000 files each
+#   bench/metarate.sh --workers 1,2,4,8 --files 10000 --rounds 3 --fs "dualfs memfs"
+#
+# With 2 CPUs, a FUSE file system shares them between the workers and its daemon, so its
+# ceiling is well below 2x: memfs shows what the FUSE path itself allows. See
+# examples/metarate.rs for the phases. Needs root and /dev/fuse.
+set -euo pipefail
+export LC_ALL=C
+. "$(dirname "$0")/lib.sh"
+
+WORKERS=1,2,4 FILES=20000 ROUNDS=1 FS_LIST="dualfs ext4 fuse2fs memfs" SIZE=8G
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --workers) WORKERS=$2; shift 2 ;;
+        --files) FILES=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        --fs) FS_LIST=$2; shift 2 ;;
+        -h | --help) usage 0 ;;
+        *) echo "unknown argument $1" >&2; usage 1 ;;
+    esac
+done
+# shellcheck disable=SC2086
+bench_check_fs_list $FS_LIST
+
+bench_init
+bench_install fuse2fs e2fsprogs
+bench_build
+(cd "$BENCH_REPO" && cargo build --release --quiet --example metarate) || bench_die "metarate build failed"
+METARATE="$CARGO_TARGET_DIR/release/examples/metarate"
+
+declare -A R=() # "fs|workers|phase" -> ops/s
+for fs in $FS_LIST; do
+    mnt="$BENCH_TMP/mnt-$fs"
+    bench_log "$(bench_fs_label "$fs"): mkfs + mount"
+    fs_mount "$fs" "$mnt" "$SIZE"
+    bench_log "$(bench_fs_label "$fs"): workers $WORKERS, $FILES files each, best of $ROUNDS"
+    while read -r _ w p r; do
+        R[$fs|${w#workers=}|${p#phase=}]=${r#ops_per_sec=}
+    done < <("$METARATE" "$mnt" --workers "$WORKERS" --files "$FILES" --rounds "$ROUNDS")
+    fs_umount "$fs" "$mnt"
+done
+
+IFS=, read -r -a WS <<<"$WORKERS"
+echo
+echo "Metadata ops/s by concurrent workers (own directory each, $FILES files per worker, best of" \
+    "$ROUNDS); $(nproc) CPUs, kernel $(uname -r)"
+echo "scale = rate with W workers / rate with ${WS[0]}; x memfs = share of the FUSE ceiling"
+for phase in create stat unlink; do
+    echo
+    printf '%-8s %-17s' "$phase" "file system"
+    for w in "${WS[@]}"; do printf ' %9s %6s' "W=$w" "scale"; done
+    case " $FS_LIST " in *" memfs "*) printf ' %8s' "x memfs" ;; esac
+    echo
+    for fs in $FS_LIST; do
+        printf '%-8s %-17s' "" "$(bench_fs_label "$fs")"
+        for w in "${WS[@]}"; do
+            printf ' %9s %6s' "${R[$fs|$w|$phase]:-n/a}" "$(bench_ratio "${R[$fs|$w|$phase]:-}" "${R[$fs|${WS[0]}|$phase]:-}")"
+        done
+        last=${WS[${#WS[@]} - 1]}
+        case " $FS_LIST " in *" memfs "*) printf ' %8s' "$(bench_ratio "${R[$fs|$last|$phase]:-}" "${R[memfs|$last|$phase]:-}")" ;; esac
+        echo
+    done
+done
