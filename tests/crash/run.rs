@@ -187,8 +187,11 @@ pub fn record(base: &Base, w: &Workload) -> Recording {
         };
         ends.push(clock.now());
         // The model knows no space limits: an operation DualFS refuses for want of space
-        // changes nothing (it fails before it changes anything).
-        if got == Err(libc::ENOSPC) && want.is_ok() {
+        // changes nothing (it fails before it changes anything). Where the model fails the
+        // operation for another reason, ENOSPC is as right: POSIX leaves the order in which
+        // errors are detected undefined (DualFS admits an operation by space first, before
+        // it looks at names; through FUSE the kernel's own lookup reports EEXIST first).
+        if got == Err(libc::ENOSPC) {
             (model, writes) = before;
             enospc += 1;
         } else {
