@@ -51,7 +51,8 @@ pub mod exit {
         Repairs that give something up (-y): free inodes that cannot be read and symlinks \
         whose target is lost; clear block pointers that cannot be followed or that share a \
         block; remove illegal or extra names; cut a log that cannot be rolled forward; \
-        restore the primary superblock from a copy."
+        restore the primary superblock from a copy; rebuild a damaged directory tree from the \
+        entries that can be read."
 )]
 struct Cli {
     /// Metadata device: an image file or a block device

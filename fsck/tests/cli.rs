@@ -128,6 +128,59 @@ fn preen_leaves_what_gives_something_up() {
 }
 
 #[test]
+fn yes_rebuilds_a_damaged_directory_tree() {
+    let img = Images::new(|fs| {
+        for d in 0..6 {
+            let dir = fs
+                .mkdir(&U, ROOT, format!("dir{d}").as_bytes(), 0o755)
+                .unwrap()
+                .ino;
+            for f in 0..150 {
+                let (attr, fh) = fs
+                    .create(
+                        &U,
+                        dir,
+                        format!("a-longer-file-name-{f:03}").as_bytes(),
+                        0o644,
+                        libc::O_WRONLY,
+                    )
+                    .unwrap();
+                fs.write(attr.ino, fh, 0, b"x").unwrap();
+                fs.release(attr.ino, fh).unwrap();
+            }
+        }
+    });
+    let held = zero_a_leaf_node(&img.meta);
+    let out = expect(UNCORRECTED, fsck(&[&"-f", &"-n", &img.meta]));
+    assert!(out.contains("the directory tree is damaged"), "{out}");
+    // -p does not: the names in the lost node would be gone for good.
+    let before = img.digest();
+    expect(UNCORRECTED, fsck(&[&"-f", &"-p", &img.meta]));
+    assert!(before == img.digest(), "-p wrote to the devices");
+    let out = expect(CORRECTED, fsck(&[&"-f", &"-y", &img.meta]));
+    assert!(
+        out.contains("the directory tree is rebuilt from the"),
+        "{out}"
+    );
+    assert!(out.contains("reconnected as /lost+found/#"), "{out}");
+    expect(CLEAN, fsck(&[&"-f", &"-n", &img.meta]));
+    // Every file has a name again: the ones the lost leaf named are under /lost+found.
+    let fs = img.mount();
+    let lf = fs.lookup(ROOT, b"lost+found").unwrap().ino;
+    let mut reconnected = 0;
+    fs.readdir(lf, 0, &mut |e| {
+        reconnected += (e.name != b"." && e.name != b"..") as usize;
+        true
+    })
+    .unwrap();
+    assert!(
+        reconnected > 0 && reconnected <= held,
+        "{reconnected} of {held}"
+    );
+    fs.unmount().unwrap();
+}
+
+#[test]
 fn yes_reconnects_an_unreachable_file_under_lost_found() {
     // A file unlinked while open stays as an orphan; give it a link count back and it is an
     // allocated file nothing names.

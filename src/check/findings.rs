@@ -135,7 +135,8 @@ pub enum Finding {
     NodeMapEntry {
         id: u64,
     },
-    /// The tree cannot be read or breaks its invariants: the namespace cannot be repaired.
+    /// The tree cannot be read or breaks its invariants: a repair rebuilds it from the entries
+    /// that can be read (`salvage`).
     TreeDamaged,
 
     // ---- pass 7: namespace (the repair plans from the entries themselves)
@@ -145,9 +146,6 @@ pub enum Finding {
 impl Finding {
     /// Nothing can be done about it.
     pub fn is_uncorrectable(&self) -> bool {
-        matches!(
-            self,
-            Finding::NotAPair | Finding::DeviceTooSmall | Finding::TreeDamaged
-        )
+        matches!(self, Finding::NotAPair | Finding::DeviceTooSmall)
     }
 }

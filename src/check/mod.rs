@@ -36,6 +36,7 @@ mod pass5_segment_usage;
 mod pass6_tree;
 mod pass7_namespace;
 pub mod repair;
+mod salvage;
 #[cfg(test)]
 mod tests;
 
@@ -239,6 +240,8 @@ pub(crate) struct State {
     pub data_use: pass3_block_maps::DataUse,
     /// None when the tree could not be listed.
     pub namespace: Option<pass6_tree::Namespace>,
+    /// What a rebuild of a damaged tree would keep.
+    pub salvaged: Option<salvage::Salvaged>,
     /// Every live log block and what it is.
     pub claims: Claims,
 }
@@ -319,7 +322,10 @@ pub(crate) fn run(
         rest.map(|(i, d)| (i, d, ns, tree_sink))
     })?;
     sink.absorb(tree_sink);
-    let namespace = namespace?;
+    let pass6_tree::TreeResult {
+        namespace,
+        salvaged,
+    } = namespace?;
     live_log_blocks.extend(claims.addresses());
     timed(&mut sink, "6 (tree, waited for)");
     if let Some(ns) = &namespace {
@@ -338,6 +344,7 @@ pub(crate) fn run(
         inodes,
         data_use,
         namespace,
+        salvaged,
         claims,
     };
     Ok(outcome(sink, live_log_blocks, Some(state)))

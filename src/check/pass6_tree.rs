@@ -7,6 +7,7 @@
 use super::context::{damage_or_failure, LogReader, Sink};
 use super::findings::Finding;
 use super::pass1_checkpoints::Loaded;
+use super::salvage::{salvage, Salvaged};
 use crate::betree::{BeTree, NodeLoader};
 use crate::format::{BlockHeader, BlockKind};
 use crate::{FsError, Result};
@@ -102,11 +103,51 @@ impl NodeLoader for NodeMapLoader<'_, '_> {
     }
 }
 
+/// What pass 6 hands on: the namespace for pass 7 (None when the tree cannot be listed), and
+/// when the tree is damaged, what a rebuild could salvage of it.
+pub struct TreeResult {
+    pub namespace: Option<Namespace>,
+    pub salvaged: Option<Salvaged>,
+}
+
 pub fn run(
     sink: &mut Sink,
     log: &LogReader,
     state: &Loaded,
     listed: Option<Vec<Entry>>,
+) -> Result<TreeResult> {
+    let listed_given = listed.is_some();
+    let mut damaged = false;
+    let namespace = check_and_list(sink, log, state, listed, &mut damaged)?;
+    // With a listing given (tests), the tree on the device is not what is checked.
+    let salvaged = if damaged && !listed_given {
+        let loader = NodeMapLoader::new(log, &state.tables.nodes.addrs)?;
+        let s = salvage(&loader);
+        sink.note(|| {
+            format!(
+                "a rebuild would keep {} entries: {} nodes read, {} lost, {} entries dropped",
+                s.entries.len(),
+                s.nodes_read,
+                s.nodes_lost,
+                s.dropped
+            )
+        });
+        Some(s)
+    } else {
+        None
+    };
+    Ok(TreeResult {
+        namespace,
+        salvaged,
+    })
+}
+
+fn check_and_list(
+    sink: &mut Sink,
+    log: &LogReader,
+    state: &Loaded,
+    listed: Option<Vec<Entry>>,
+    damaged: &mut bool,
 ) -> Result<Option<Namespace>> {
     let addrs = &state.tables.nodes.addrs;
     // Nodes made after the checkpoint and rolled forward have ids at or past its next node id;
@@ -150,6 +191,7 @@ pub fn run(
                 if !reached.insert(id) {
                     sink.error(NAME, format!("node {id} is reached twice"));
                     sink.found(Finding::TreeDamaged);
+                    *damaged = true;
                 }
                 if id == 0 || id >= next_id {
                     sink.found(Finding::NextNodeId);
@@ -178,6 +220,7 @@ pub fn run(
             let why = damage_or_failure(e)?;
             sink.error(NAME, format!("the directory tree is damaged: {why}"));
             sink.found(Finding::TreeDamaged);
+            *damaged = true;
             false
         }
     };
@@ -203,6 +246,7 @@ pub fn run(
                 let why = damage_or_failure(e)?;
                 sink.error(NAME, format!("listing the directory tree fails: {why}"));
                 sink.found(Finding::TreeDamaged);
+                *damaged = true;
                 return Ok(None);
             }
             v
@@ -219,6 +263,7 @@ pub fn run(
         let (a, b) = (&w[0], &w[1]);
         if (a.dir, a.hash, &a.name) >= (b.dir, b.hash, &b.name) {
             sink.found(Finding::TreeDamaged);
+            *damaged = true;
             sink.error(
                 NAME,
                 format!(

@@ -41,15 +41,21 @@ impl Fs {
         tables: Tables,
         head: LogHead,
         next_node_id: u64,
+        fresh_tree: bool,
     ) -> Arc<Fs> {
-        let free_nodes = tables.nodes.free_ids(next_node_id);
-        let tree = BeTree::open(
-            sb.block_size,
-            sb.hash_seed,
-            REPAIR_CACHE_BYTES / 2,
-            next_node_id,
-            free_nodes,
-        );
+        // A fresh tree (fsck rebuilding a damaged one) starts as an empty root leaf.
+        let tree = if fresh_tree {
+            BeTree::new_empty(sb.block_size, sb.hash_seed, REPAIR_CACHE_BYTES / 2)
+        } else {
+            let free_nodes = tables.nodes.free_ids(next_node_id);
+            BeTree::open(
+                sb.block_size,
+                sb.hash_seed,
+                REPAIR_CACHE_BYTES / 2,
+                next_node_id,
+                free_nodes,
+            )
+        };
         let opts = MountOptions {
             cache_bytes: REPAIR_CACHE_BYTES,
             ..MountOptions::default()

@@ -208,3 +208,29 @@ pub fn rewrite_inode_at(meta: &Path, ino: u64, f: impl FnOnce(&mut DiskInode)) {
     dev.write_at(&b, e.addr * bs).unwrap();
     dev.flush().unwrap();
 }
+
+/// Zero the block of a leaf node of the directory tree (not the root; the middle one by log
+/// address) on the metadata device `meta`; returns how many entries it held.
+pub fn zero_a_leaf_node(meta: &Path) -> usize {
+    use dualfs::format::node::{decode, NodeBody};
+    let (sb, t, dev) = tables(meta);
+    let bs = sb.block_size as u64;
+    let mut leaves: Vec<(u64, usize)> = (2..t.nodes.addrs.len() as u64)
+        .filter(|&id| t.nodes.get(id) != 0)
+        .filter_map(|id| {
+            let addr = t.nodes.get(id);
+            let mut b = vec![0u8; bs as usize];
+            dev.read_at(&mut b, addr * bs).unwrap();
+            match decode(&b, id).ok()?.body {
+                NodeBody::Leaf { entries } => Some((addr, entries.len())),
+                NodeBody::Internal { .. } => None,
+            }
+        })
+        .collect();
+    assert!(leaves.len() > 2, "the tree has too few leaves");
+    leaves.sort_unstable();
+    let (addr, held) = leaves[leaves.len() / 2];
+    dev.write_at(&vec![0u8; bs as usize], addr * bs).unwrap();
+    dev.flush().unwrap();
+    held
+}

@@ -47,6 +47,8 @@ pub enum FixClass {
     FreeOrphans,
     /// Link counts, directory sizes, '..'.
     LinkCounts,
+    /// Rebuild a damaged directory tree from the entries that can still be read.
+    RebuildTree,
     /// Data bitmaps, group descriptors, segment usage, node map, where the log writes next,
     /// checkpoint figures.
     Tables,
@@ -64,6 +66,7 @@ impl FixClass {
                 | FixClass::ClearPointers
                 | FixClass::FreeBadSymlinks
                 | FixClass::RemoveNames
+                | FixClass::RebuildTree
         )
     }
 
@@ -104,6 +107,10 @@ impl FixClass {
                 "Free orphans: files unlinked while open whose last user is gone"
             }
             FixClass::LinkCounts => "Fix link counts, directory sizes and '..'",
+            FixClass::RebuildTree => {
+                "Rebuild the damaged directory tree from the entries that can be read (names in \
+                 unreadable nodes are lost; their files go to /lost+found)"
+            }
             FixClass::Tables => {
                 "Rebuild data bitmaps, group descriptors, segment usage and the node map"
             }
@@ -150,7 +157,7 @@ impl Policy {
     }
 }
 
-pub const ALL: [FixClass; 16] = [
+pub const ALL: [FixClass; 17] = [
     FixClass::SuperblockCopies,
     FixClass::RestoreSuperblock,
     FixClass::OlderCheckpoint,
@@ -166,6 +173,7 @@ pub const ALL: [FixClass; 16] = [
     FixClass::FreeEmpty,
     FixClass::FreeOrphans,
     FixClass::LinkCounts,
+    FixClass::RebuildTree,
     FixClass::Tables,
 ];
 
@@ -213,6 +221,9 @@ pub enum TableFix {
     },
     /// A new checkpoint (the fallback region, stale figures).
     Checkpoint,
+    /// Forget every node of the directory tree (the node map is cleared) and start an empty
+    /// one; `SessionFix::RebuildTree` fills it.
+    EmptyTree,
 }
 
 /// A repair made through the opened file system.
@@ -242,6 +253,10 @@ pub enum SessionFix {
     },
     /// Make the root directory again (inode 1, empty).
     MakeRoot,
+    /// Insert the salvaged entries into the empty tree (`TableFix::EmptyTree`).
+    RebuildTree {
+        entries: Vec<crate::check::pass6_tree::Entry>,
+    },
     MakeLostFound {
         name: Vec<u8>,
     },
@@ -271,7 +286,7 @@ impl SessionFix {
             SessionFix::ClearPointer { .. } | SessionFix::ClearAllPointers { .. } => 0,
             SessionFix::SetSize { .. } | SessionFix::InodeFields { .. } => 1,
             SessionFix::Recount { .. } => 2,
-            SessionFix::RemoveEntry { .. } => 3,
+            SessionFix::RemoveEntry { .. } | SessionFix::RebuildTree { .. } => 3,
             SessionFix::MakeRoot | SessionFix::MakeLostFound { .. } => 4,
             SessionFix::InsertEntry { .. } => 5,
             SessionFix::SetLinks { .. } => 6,
@@ -708,12 +723,35 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
 
     // ---- The namespace.
     let tree_damaged = findings.contains(&Finding::TreeDamaged);
-    if tree_damaged {
-        p.uncorrectable.push(
+    match (&state.salvaged, tree_damaged) {
+        (Some(s), true) => {
+            let m = format!(
+                "the directory tree is rebuilt from the {} entries that can be read ({} of its \
+                 nodes cannot be; names in them are lost, their files go to /lost+found)",
+                s.entries.len(),
+                s.nodes_lost
+            );
+            if want(FixClass::RebuildTree, m.clone()) {
+                tables.push(Planned {
+                    class: FixClass::RebuildTree,
+                    fix: TableFix::EmptyTree,
+                    message: "the damaged directory tree is set aside".into(),
+                });
+                session.push(Planned {
+                    class: FixClass::RebuildTree,
+                    fix: SessionFix::RebuildTree {
+                        entries: s.entries.clone(),
+                    },
+                    message: m,
+                });
+            }
+        }
+        (None, true) => p.uncorrectable.push(
             "the directory tree is damaged: names, link counts and reachability are not \
              repaired (the rest is)"
                 .into(),
-        );
+        ),
+        _ => {}
     }
     if let (Some(ns), false) = (&state.namespace, tree_damaged) {
         if ns.tree_ok {

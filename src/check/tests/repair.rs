@@ -14,6 +14,7 @@ use crate::format::meta::{GroupDesc, IMAP_ORPHAN, SEG_ACTIVE, SEG_DIRTY};
 use crate::format::summary::Record;
 use crate::format::{put_u64, LOST_FOUND_INO, NODEMAP_ID};
 use crate::fs::{FileKind, Fs, MountOptions};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 fn run_repair(img: &Image, policy: Policy) -> RepairOutcome {
@@ -303,6 +304,99 @@ fn lost_found_without_a_name_is_named_again() {
     let (out, tree) = repaired(&img);
     assert_done(&out, "named /lost+found again");
     assert_eq!(named(&tree, "/lost+found"), Some(LOST_FOUND_INO));
+}
+
+// ---- The directory tree --------------------------------------------------------------------
+
+/// Ten directories of 200 one-block files each (a tree of several levels; not empty, which a
+/// repair would free once unattached), and where each file is: path -> inode.
+fn many_names_image() -> (Image, BTreeMap<String, u64>) {
+    let mut made = BTreeMap::new();
+    let img = Image::after(|fs| {
+        for d in 0..10 {
+            let name = format!("d{d}");
+            let dir = fs.mkdir(&U, ROOT, name.as_bytes(), 0o755).unwrap().ino;
+            made.insert(format!("/{name}"), dir);
+            for f in 0..200 {
+                let leaf = format!("a-file-with-a-longer-name-{f:03}");
+                let ino = file(fs, dir, leaf.as_bytes(), &[(0, 100)]);
+                made.insert(format!("/{name}/{leaf}"), ino);
+            }
+        }
+    });
+    (img, made)
+}
+
+/// A leaf node (not the root) of the tree on the image: its log address and how many entries
+/// it holds.
+fn some_leaf(img: &Image) -> (u64, usize) {
+    let l = layout(img);
+    let mut leaves: Vec<(u64, usize)> = (2..l.tables.nodes.addrs.len() as u64)
+        .filter_map(|id| {
+            let addr = l.tables.nodes.get(id);
+            (addr != 0).then_some((id, addr))
+        })
+        .filter_map(|(id, addr)| {
+            match crate::format::node::decode(&read_block(img, addr), id)
+                .ok()?
+                .body
+            {
+                crate::format::node::NodeBody::Leaf { entries } => Some((addr, entries.len())),
+                _ => None,
+            }
+        })
+        .collect();
+    assert!(leaves.len() > 4, "the tree has too few leaves: {leaves:?}");
+    leaves.sort_unstable();
+    leaves[leaves.len() / 2]
+}
+
+#[test]
+fn damaged_directory_tree_is_rebuilt_from_what_can_be_read() {
+    let (img, made) = many_names_image();
+    let (leaf, in_leaf) = some_leaf(&img);
+    zero_block(&img, leaf);
+    let first = img.check(Mode::Tree);
+    assert_error(&first, "directory tree", "damaged");
+
+    // fsck -p does not rebuild it: the names in the lost node would be gone for good.
+    let before = (img.meta.snapshot(), img.data.snapshot());
+    let preen = run_repair(&img, Policy::safe());
+    assert!(preen
+        .declined
+        .iter()
+        .any(|(c, _)| *c == FixClass::RebuildTree));
+    assert!(!preen.last.is_clean());
+    assert!(before == (img.meta.snapshot(), img.data.snapshot()));
+
+    let (out, tree) = repaired(&img);
+    assert_done(&out, "the directory tree is rebuilt from the");
+    // Every file is still reachable; only the names the lost leaf held are gone, and those
+    // files are in /lost+found (a directory with its own files under it).
+    let reachable: BTreeMap<u64, &str> = tree.iter().map(|(p, i, _)| (*i, p.as_str())).collect();
+    let mut renamed = 0;
+    for (path, ino) in &made {
+        match named(&tree, path) {
+            Some(i) => assert_eq!(i, *ino, "{path} names another inode"),
+            None => {
+                let now = reachable
+                    .get(ino)
+                    .unwrap_or_else(|| panic!("{path} (inode {ino}) is lost"));
+                assert!(now.starts_with("/lost+found/"), "{path} is now {now}");
+                renamed += 1;
+            }
+        }
+    }
+    // What the lost leaf named, and nothing else, hangs under /lost+found now.
+    let reconnected = tree
+        .iter()
+        .filter(|(p, _, _)| p.starts_with("/lost+found/") && p.matches('/').count() == 2)
+        .count();
+    assert!(renamed > 0, "no name was lost");
+    assert!(
+        reconnected > 0 && reconnected <= in_leaf,
+        "{reconnected} reconnected, the lost leaf held {in_leaf} names"
+    );
 }
 
 // ---- Inodes --------------------------------------------------------------------------------
