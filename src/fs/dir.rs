@@ -104,6 +104,32 @@ impl Fs {
     /// no per-reference state: inodes are freed by link and open counts.
     pub fn forget(&self, _ino: u64, _n: u64) {}
 
+    /// Take a free inode number, with the generation it gets next and its home group: a new
+    /// directory's is picked near `parent_group` (ext2's spreading), anything else's is its
+    /// parent's.
+    pub(crate) fn allocate_inode(&self, parent_group: u32, dir: bool) -> Result<(u64, u32, u32)> {
+        let ino = self
+            .ino_alloc
+            .lock()
+            .alloc()
+            .ok_or(FsError::Errno(libc::ENOSPC))?;
+        let t = self.tables.lock();
+        let generation = t
+            .ifile
+            .imap
+            .get(ino as usize)
+            .map(|e| e.generation)
+            .unwrap_or(0)
+            .wrapping_add(1)
+            .max(1);
+        let group = if dir {
+            t.data.pick_dir_group(parent_group as u64) as u32
+        } else {
+            parent_group
+        };
+        Ok((ino, generation, group))
+    }
+
     /// Make a new inode named `name` in `parent`.
     fn make_node(
         &self,
@@ -132,28 +158,7 @@ impl Fs {
         if kind == FileKind::Directory && pnlink >= LINK_MAX {
             return Err(FsError::Errno(libc::EMLINK));
         }
-        let ino = self
-            .ino_alloc
-            .lock()
-            .alloc()
-            .ok_or(FsError::Errno(libc::ENOSPC))?;
-        let (generation, group) = {
-            let t = self.tables.lock();
-            let generation = t
-                .ifile
-                .imap
-                .get(ino as usize)
-                .map(|e| e.generation)
-                .unwrap_or(0)
-                .wrapping_add(1)
-                .max(1);
-            let group = if kind == FileKind::Directory {
-                t.data.pick_dir_group(pgroup as u64) as u32
-            } else {
-                pgroup
-            };
-            (generation, group)
-        };
+        let (ino, generation, group) = self.allocate_inode(pgroup, kind == FileKind::Directory)?;
         let setgid_dir = pmode & libc::S_ISGID != 0;
         let mut perm = mode & 0o7777;
         if kind == FileKind::Directory && setgid_dir {

@@ -245,24 +245,8 @@ impl Fs {
     /// caller (fsck sets every count at the end).
     pub(crate) fn repair_mkdir(&self, parent: u64, name: &[u8]) -> Result<u64> {
         super::dir::check_name(name)?;
-        let group = self.inode(parent)?.state.read().d.group;
-        let ino = self
-            .ino_alloc
-            .lock()
-            .alloc()
-            .ok_or(FsError::Errno(libc::ENOSPC))?;
-        let (generation, group) = {
-            let t = self.tables.lock();
-            let generation = t
-                .ifile
-                .imap
-                .get(ino as usize)
-                .map(|e| e.generation)
-                .unwrap_or(0)
-                .wrapping_add(1)
-                .max(1);
-            (generation, t.data.pick_dir_group(group as u64) as u32)
-        };
+        let parent_group = self.inode(parent)?.state.read().d.group;
+        let (ino, generation, group) = self.allocate_inode(parent_group, true)?;
         let now = super::inode::to_disk_time(Timespec::now());
         let d = DiskInode {
             ino,
