@@ -16,5 +16,6 @@ pub mod fuse;
 pub mod log;
 pub mod meta;
 pub mod mkfs;
+pub mod run_dir;
 
 pub use error::{FsError, Result};

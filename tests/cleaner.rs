@@ -422,7 +422,7 @@ fn cleaner_daemon_status_once_and_takeover() {
     // Without --foreground it detaches and keeps a pid file.
     let (ok, _, err) = run_cleaner(&["--interval", "0.2"], &mnt);
     assert!(ok, "{err}");
-    let pid_file = dualfs::clean::control::run_file_path(&mnt, "cleaner.pid");
+    let pid_file = dualfs::run_dir::run_file_path(&mnt, "cleaner.pid");
     wait_until("the detached daemon", Duration::from_secs(10), || {
         status(&fs).daemons == 1 && pid_file.exists()
     });

@@ -16,8 +16,9 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dualfs::clean::control::{run_file_path, Client, PassReport, Status};
+use dualfs::clean::control::{Client, PassReport, Status};
 use dualfs::clean::{choose, Policy, ThresholdUpdate, Thresholds};
+use dualfs::run_dir::run_file_path;
 use log::{error, info, warn};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -19,18 +19,15 @@
 //! ```
 
 use super::{CleanerCounters, Policy, ThresholdUpdate, Thresholds};
+use crate::run_dir::run_file_path;
 use serde::{Deserialize, Serialize};
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Version of this protocol, reported by `hello`.
 pub const PROTOCOL_VERSION: u32 = 1;
-
-/// Where the mount daemons keep their pid files and control sockets.
-pub const RUN_DIR: &str = "/run/dualfs";
 
 /// Longest request line a server reads (a `clean` request naming every segment of a big log
 /// is the longest legitimate one).
@@ -165,56 +162,6 @@ pub struct PassReport {
     pub bytes_freed: u64,
     pub clean_before: u64,
     pub clean_after: u64,
-}
-
-/// systemd's path escaping (`systemd-escape --path`): strip the outer slashes, turn inner ones
-/// into '-', keep ASCII letters, digits, ':', '_' and '.' (not leading), write every other
-/// byte as `\xNN`. The mount program names its pid file the same way.
-pub fn escape_path(path: &Path) -> String {
-    let mut bytes = path.as_os_str().as_bytes();
-    while let [b'/', rest @ ..] = bytes {
-        bytes = rest;
-    }
-    while let [rest @ .., b'/'] = bytes {
-        bytes = rest;
-    }
-    if bytes.is_empty() {
-        return "-".into();
-    }
-    let mut out = String::with_capacity(bytes.len());
-    let mut previous_slash = false;
-    for (i, &b) in bytes.iter().enumerate() {
-        if b == b'/' {
-            if !previous_slash {
-                out.push('-');
-            }
-            previous_slash = true;
-            continue;
-        }
-        previous_slash = false;
-        let plain = b.is_ascii_alphanumeric() || b == b':' || b == b'_' || (b == b'.' && i > 0);
-        if plain {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
-}
-
-/// `<escaped>.<suffix>` in RUN_DIR; a name too long for a directory entry is cut and made
-/// unique again with a hash of the whole path.
-pub fn run_file_path(mountpoint: &Path, suffix: &str) -> PathBuf {
-    const NAME_MAX: usize = 255;
-    let escaped = escape_path(mountpoint);
-    let name = if escaped.len() + suffix.len() < NAME_MAX {
-        format!("{escaped}.{suffix}")
-    } else {
-        let hash = siphasher::sip::SipHasher::new().hash(mountpoint.as_os_str().as_bytes());
-        let keep = NAME_MAX - suffix.len() - 18;
-        format!("{}-{hash:016x}.{suffix}", &escaped[..keep])
-    };
-    Path::new(RUN_DIR).join(name)
 }
 
 /// The control socket of the mount on `mountpoint` (a canonical path).
@@ -381,8 +328,6 @@ mod tests {
             socket_path(Path::new("/mnt/x")),
             PathBuf::from("/run/dualfs/mnt-x.sock")
         );
-        assert_eq!(escape_path(Path::new("/mnt/a-b")), "mnt-a\\x2db");
-        assert_eq!(escape_path(Path::new("/")), "-");
         let long = format!("/{}", "a".repeat(400));
         let p = socket_path(Path::new(&long));
         assert!(p.file_name().unwrap().len() <= 255);
