@@ -153,6 +153,20 @@ impl BeTree {
         BeTree::with_state(block_size, hash_seed, cache_bytes, state)
     }
 
+    /// Replace the whole tree with an empty one (fsck rebuilding a damaged tree on a live
+    /// session): the root becomes an empty dirty leaf, every other id is free to be used
+    /// again, and nothing of the old tree stays cached. The caller sees to the node map.
+    pub fn reset_empty(&self) {
+        let _mutator = self.mutator.lock();
+        let mut cache = NodeCache::default();
+        cache.store_dirty(ROOT, Node::empty_leaf());
+        *self.state.write() = TreeState {
+            cache,
+            ids: IdAllocator::new(ROOT + 1, []),
+            commits: 0,
+        };
+    }
+
     /// An existing tree, nothing loaded yet. Ids at or above `next_node_id` were never used;
     /// `free_ids` are the ids below it that are free (node map entries of 0).
     pub fn open(

@@ -41,21 +41,15 @@ impl Fs {
         tables: Tables,
         head: LogHead,
         next_node_id: u64,
-        fresh_tree: bool,
     ) -> Arc<Fs> {
-        // A fresh tree (fsck rebuilding a damaged one) starts as an empty root leaf.
-        let tree = if fresh_tree {
-            BeTree::new_empty(sb.block_size, sb.hash_seed, REPAIR_CACHE_BYTES / 2)
-        } else {
-            let free_nodes = tables.nodes.free_ids(next_node_id);
-            BeTree::open(
-                sb.block_size,
-                sb.hash_seed,
-                REPAIR_CACHE_BYTES / 2,
-                next_node_id,
-                free_nodes,
-            )
-        };
+        let free_nodes = tables.nodes.free_ids(next_node_id);
+        let tree = BeTree::open(
+            sb.block_size,
+            sb.hash_seed,
+            REPAIR_CACHE_BYTES / 2,
+            next_node_id,
+            free_nodes,
+        );
         let opts = MountOptions {
             cache_bytes: REPAIR_CACHE_BYTES,
             ..MountOptions::default()
@@ -70,6 +64,22 @@ impl Fs {
             head,
             super::Recovery::default(),
         ))
+    }
+
+    /// Set the directory tree aside for an empty one (fsck rebuilding a damaged tree). The
+    /// old tree stays what the last checkpoint holds until the new one is written whole: its
+    /// node map entries are cleared here, in memory, and reach the log with the new nodes.
+    /// The old nodes' blocks die; the repair's next round makes segment usage exact.
+    pub(crate) fn repair_reset_tree(&self) {
+        let _fl = self.flusher.lock();
+        let _g = self.gate.write();
+        self.tree.reset_empty();
+        let mut t = self.tables.lock();
+        for id in 0..t.nodes.addrs.len() as u64 {
+            if t.nodes.get(id) != 0 {
+                t.nodes.set(id, 0);
+            }
+        }
     }
 
     /// Write everything done so far and a checkpoint (not marked clean).

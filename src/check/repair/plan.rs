@@ -221,9 +221,6 @@ pub enum TableFix {
     },
     /// A new checkpoint (the fallback region, stale figures).
     Checkpoint,
-    /// Forget every node of the directory tree (the node map is cleared) and start an empty
-    /// one; `SessionFix::RebuildTree` fills it.
-    EmptyTree,
 }
 
 /// A repair made through the opened file system.
@@ -253,7 +250,7 @@ pub enum SessionFix {
     },
     /// Make the root directory again (inode 1, empty).
     MakeRoot,
-    /// Insert the salvaged entries into the empty tree (`TableFix::EmptyTree`).
+    /// Set the damaged tree aside for an empty one and insert the salvaged entries.
     RebuildTree {
         entries: Vec<crate::check::pass6_tree::Entry>,
     },
@@ -732,11 +729,6 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
                 s.nodes_lost
             );
             if want(FixClass::RebuildTree, m.clone()) {
-                tables.push(Planned {
-                    class: FixClass::RebuildTree,
-                    fix: TableFix::EmptyTree,
-                    message: "the damaged directory tree is set aside".into(),
-                });
                 session.push(Planned {
                     class: FixClass::RebuildTree,
                     fix: SessionFix::RebuildTree {

@@ -99,17 +99,6 @@ pub fn run(
         }
         out.done.push(p.message.clone());
     }
-    let fresh_tree = has(&TableFix::EmptyTree);
-    if fresh_tree {
-        // The old nodes' blocks become dead; the new tree takes ids from 2 up again.
-        for id in 0..t.nodes.addrs.len() as u64 {
-            if t.nodes.get(id) != 0 {
-                t.nodes.set(id, 0);
-            }
-        }
-        out.done
-            .push("the damaged directory tree is set aside (the node map is cleared)".into());
-    }
     if has(&TableFix::RewriteIfile) {
         for b in 0..t.ifile.file.len() {
             t.ifile.file.mark_dirty(b);
@@ -191,11 +180,7 @@ pub fn run(
         .iter()
         .rposition(|&a| a != 0)
         .map_or(0, |i| i as u64);
-    let next_node_id = if fresh_tree {
-        2
-    } else {
-        cp.next_node_id.max(max_used + 1).max(2)
-    };
+    let next_node_id = cp.next_node_id.max(max_used + 1).max(2);
     if has(&TableFix::NextNodeId) {
         out.done.push(format!("the next node id is {next_node_id}"));
     }
@@ -209,7 +194,6 @@ pub fn run(
         t,
         head,
         next_node_id,
-        fresh_tree,
     );
     if !plan.session.is_empty() {
         // Everything written from here on follows this checkpoint: a crash before the end
@@ -272,6 +256,9 @@ fn apply(
         SessionFix::RemoveEntry { dir, hash, name } => fs.repair_remove_entry(*dir, *hash, name),
         SessionFix::MakeRoot => fs.repair_make_root(),
         SessionFix::RebuildTree { entries } => {
+            // After the session's first checkpoint, which still holds the old tree: a crash
+            // before the new one is written whole leaves the old one for the next fsck.
+            fs.repair_reset_tree();
             for e in entries {
                 // A type code no inode has: the entry is dropped (its inode is reconnected).
                 let Some(kind) = FileKind::from_code(e.kind) else {
