@@ -324,7 +324,31 @@ impl TestFs {
         self.mounted = true;
     }
 
+    /// Start the daemon and wait until the mount appears. A mount refused because an image
+    /// is "in use" is tried again for a while: this test process runs tests on several
+    /// threads, and a child that another thread is starting inherits, until its exec, the
+    /// descriptors this thread had open (the checker's, with their flock), so the lock on an
+    /// image can outlive its close by a moment. Any other failure panics at once.
     fn spawn_daemon(&mut self) {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.try_spawn_daemon() {
+                Ok(()) => return,
+                Err(log) if log.contains("is in use") && attempts < 40 => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(log) => panic!(
+                    "`dualfs mount` exited before {} was mounted (attempt {attempts}); its \
+                     output:\n{log}",
+                    self.mnt.display()
+                ),
+            }
+        }
+    }
+
+    /// One attempt of `spawn_daemon`: Err(the daemon's output) if it exited before mounting.
+    fn try_spawn_daemon(&mut self) -> Result<(), String> {
         let log = self.dir.path().join(format!("daemon-{}.log", self.mounts));
         let out = fs::File::create(&log).unwrap();
         let mut cmd = Command::new(dualfs_bin());
@@ -370,17 +394,14 @@ impl TestFs {
                     "{} is mounted as {ty:?}, not as a FUSE file system",
                     self.mnt.display()
                 );
-                return;
+                return Ok(());
             }
             let d = self.daemon.as_mut().unwrap();
             if let Some(st) = d.child.try_wait().unwrap() {
                 d.disarm();
                 let log = read_log(&d.log);
                 self.daemon = None;
-                panic!(
-                    "`dualfs mount` exited ({st}) before {} was mounted; its output:\n{log}",
-                    self.mnt.display()
-                );
+                return Err(format!("({st}) {log}"));
             }
             if start.elapsed() > timeout {
                 let log = self.daemon_log();
