@@ -327,8 +327,9 @@ impl TestFs {
     /// Start the daemon and wait until the mount appears. A mount refused because an image
     /// is "in use" is tried again for a while: this test process runs tests on several
     /// threads, and a child that another thread is starting inherits, until its exec, the
-    /// descriptors this thread had open (the checker's, with their flock), so the lock on an
-    /// image can outlive its close by a moment. Any other failure panics at once.
+    /// descriptors this thread had open (mkfs's, which hold an exclusive flock on the
+    /// images), so the lock can outlive their close by a moment. Any other failure panics at
+    /// once.
     fn spawn_daemon(&mut self) {
         let mut attempts = 0;
         loop {
