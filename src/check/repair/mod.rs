@@ -89,17 +89,20 @@ pub fn repair(
         ..RepairOutcome::default()
     };
     let mut answers: BTreeMap<FixClass, bool> = BTreeMap::new();
-    let mut previous_errors: Option<Vec<String>> = None;
+    let mut previous_problems: Option<Vec<String>> = None;
     while result.rounds < MAX_ROUNDS && !outcome.report.is_clean() {
-        let errors: Vec<String> = outcome
+        // Warnings count too: a superblock repair may mend only what the check warned about,
+        // and the errors it leaves are for the next round.
+        let problems: Vec<String> = outcome
             .report
             .errors()
+            .chain(outcome.report.warnings())
             .map(|p| format!("{}: {}", p.pass, p.message))
             .collect();
-        if previous_errors.as_ref() == Some(&errors) {
+        if previous_problems.as_ref() == Some(&problems) {
             break; // the last round changed nothing the check sees
         }
-        previous_errors = Some(errors);
+        previous_problems = Some(problems);
 
         // Which classes may run: the policy, else the answers.
         let probe = plan::plan(&outcome.findings, outcome.state.as_ref(), &Policy::all());

@@ -896,6 +896,26 @@ fn primary_superblock_that_lies_about_its_copies() {
 }
 
 #[test]
+fn primary_superblock_that_lists_no_copies() {
+    // A consistent lie (sealed again): a copy count of 0. The copies cannot outvote a primary
+    // that names none of them, so the check only warns that the superblocks disagree, and the
+    // segment usage flags then disagree with the list.
+    // The superblock round mends what it warned about; the repair must go on to the next
+    // round rather than stop because the errors look the same (found by the hostile test).
+    let img = workload_image();
+    let mut sb = img.superblock();
+    assert!(sb.copy_segments.len() > 1, "{:?}", sb.copy_segments);
+    sb.copy_segments.clear();
+    let mut b = sb.encode();
+    b.resize(4096, 0);
+    write_block(&img, 0, &b);
+    let (out, tree) = repaired(&img);
+    assert!(out.rounds >= 2, "{:#?}", out.done);
+    assert_done(&out, "segment usage recomputed");
+    assert!(named(&tree, "/b/double").is_some());
+}
+
+#[test]
 fn one_copy_that_says_something_else_is_rewritten() {
     let img = workload_image();
     let sb = img.superblock();
