@@ -10,8 +10,19 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 
-fn apply(image: &mut [u8], w: &RecordedWrite) {
+pub(super) fn apply(image: &mut [u8], w: &RecordedWrite) {
     image[w.offset as usize..w.offset as usize + w.bytes.len()].copy_from_slice(&w.bytes);
+}
+
+/// Which of an epoch's `n` writes reached the device in the crash states tried for it: none,
+/// the first half, a random half, all (writes between two flushes may land in any order).
+pub(super) fn crash_subsets(n: usize, rng: &mut StdRng) -> Vec<Vec<bool>> {
+    vec![
+        vec![false; n],
+        (0..n).map(|i| i < n / 2).collect(),
+        (0..n).map(|_| rng.gen_bool(0.5)).collect(),
+        vec![true; n],
+    ]
 }
 
 fn every_crash_state_recovers_consistently(mode: Mode) {
@@ -28,13 +39,7 @@ fn every_crash_state_recovers_consistently(mode: Mode) {
     for k in 0..recorder.epoch_count() {
         let writes = recorder.epoch(k);
         let n = writes.len();
-        let subsets: Vec<Vec<bool>> = vec![
-            vec![false; n],
-            (0..n).map(|i| i < n / 2).collect(),
-            (0..n).map(|_| rng.gen_bool(0.5)).collect(),
-            vec![true; n],
-        ];
-        for chosen in subsets {
+        for chosen in crash_subsets(n, &mut rng) {
             let mut image = durable.clone();
             for (w, _) in writes.iter().zip(&chosen).filter(|(_, &c)| c) {
                 apply(&mut image, w);

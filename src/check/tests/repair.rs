@@ -405,8 +405,9 @@ fn damaged_directory_tree_is_rebuilt_from_what_can_be_read() {
 /// a crash never costs the names the first repair salvaged.
 #[test]
 fn a_crash_during_a_tree_rebuild_loses_no_readable_name() {
+    use super::crashes::{apply, crash_subsets};
     use crate::device::{MemDevice, RecordingDevice};
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
     let (img, made) = many_names_image();
     let (leaf, in_leaf) = some_leaf(&img);
     zero_block(&img, leaf);
@@ -427,18 +428,10 @@ fn a_crash_during_a_tree_rebuild_loses_no_readable_name() {
     let mut states = 0;
     for k in 0..recorder.epoch_count() {
         let writes = recorder.epoch(k);
-        let n = writes.len();
-        let subsets: Vec<Vec<bool>> = vec![
-            vec![false; n],
-            (0..n).map(|i| i < n / 2).collect(),
-            (0..n).map(|_| rng.gen_bool(0.5)).collect(),
-            vec![true; n],
-        ];
-        for chosen in subsets {
+        for chosen in crash_subsets(writes.len(), &mut rng) {
             let mut image = durable.clone();
             for (w, _) in writes.iter().zip(&chosen).filter(|(_, &c)| c) {
-                image[w.offset as usize..w.offset as usize + w.bytes.len()]
-                    .copy_from_slice(&w.bytes);
+                apply(&mut image, w);
             }
             let crashed = Image {
                 meta: Arc::new(MemDevice::from_bytes(image)),
@@ -484,7 +477,7 @@ fn a_crash_during_a_tree_rebuild_loses_no_readable_name() {
             states += 1;
         }
         for w in &writes {
-            durable[w.offset as usize..w.offset as usize + w.bytes.len()].copy_from_slice(&w.bytes);
+            apply(&mut durable, w);
         }
     }
     assert!(states >= 8, "only {states} crash states");
