@@ -194,45 +194,24 @@ fn crash_states() {
         }
     }
     // Random workloads of hundreds of operations, and cleaner churn.
-    let n_random = (budget * 25 / 100)
-        .div_ceil(RANDOM_STATES_EACH as u64)
-        .max(1);
-    for k in 0..n_random {
-        jobs.push(Job {
-            family: "random",
-            w: workloads::random(Flavor::Mixed, mix(master, 100 + k), RANDOM_OPS),
-            states: RANDOM_STATES_EACH,
-        });
-    }
-    let n_churn = (budget * 15 / 100)
-        .div_ceil(RANDOM_STATES_EACH as u64)
-        .max(1);
-    for k in 0..n_churn {
-        jobs.push(Job {
-            family: "churn",
-            w: workloads::random(Flavor::Churn, mix(master, 10_000 + k), RANDOM_OPS),
-            states: RANDOM_STATES_EACH,
-        });
-    }
-    let n_full = (budget * 10 / 100)
-        .div_ceil(RANDOM_STATES_EACH as u64)
-        .max(1);
-    for k in 0..n_full {
-        jobs.push(Job {
-            family: "full",
-            w: workloads::random(Flavor::Full, mix(master, 30_000 + k), RANDOM_OPS),
-            states: RANDOM_STATES_EACH,
-        });
-    }
-    let n_names = (budget * 10 / 100)
-        .div_ceil(RANDOM_STATES_EACH as u64)
-        .max(1);
-    for k in 0..n_names {
-        jobs.push(Job {
-            family: "names",
-            w: workloads::random(Flavor::Names, mix(master, 20_000 + k), RANDOM_OPS),
-            states: RANDOM_STATES_EACH,
-        });
+    // (family, flavor, share of the budget in percent, first seed)
+    let random_families = [
+        ("random", Flavor::Mixed, 25, 100),
+        ("churn", Flavor::Churn, 15, 10_000),
+        ("full", Flavor::Full, 10, 30_000),
+        ("names", Flavor::Names, 10, 20_000),
+    ];
+    for (family, flavor, percent, first_seed) in random_families {
+        let n = (budget * percent / 100)
+            .div_ceil(RANDOM_STATES_EACH as u64)
+            .max(1);
+        for k in 0..n {
+            jobs.push(Job {
+                family,
+                w: workloads::random(flavor, mix(master, first_seed + k), RANDOM_OPS),
+                states: RANDOM_STATES_EACH,
+            });
+        }
     }
     // Long workloads first, so the threads finish together.
     jobs.sort_by_key(|j| std::cmp::Reverse(j.w.ops.len()));

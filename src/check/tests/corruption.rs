@@ -218,14 +218,7 @@ fn ifile_header_counts_wrong() {
 #[test]
 fn unlinked_inode_not_flagged_orphan() {
     let img = workload_image();
-    let l = layout(&img);
-    let orphan = l
-        .tables
-        .ifile
-        .imap
-        .iter()
-        .position(|e| e.allocated() && e.flags & IMAP_ORPHAN != 0)
-        .unwrap() as u64;
+    let orphan = orphan_of(&img);
     rewrite_imap(&img, orphan, |e| e.flags &= !IMAP_ORPHAN);
     let r = img.check(Mode::Listed);
     assert_error(
@@ -592,14 +585,7 @@ in_both_modes!(
         let img = workload_image();
         // The file left open after its unlink: no name, no links, flagged orphan. Make it
         // look like an ordinary file that lost its name.
-        let l = layout(&img);
-        let orphan = l
-            .tables
-            .ifile
-            .imap
-            .iter()
-            .position(|e| e.allocated() && e.flags & IMAP_ORPHAN != 0)
-            .unwrap() as u64;
+        let orphan = orphan_of(&img);
         rewrite_imap(&img, orphan, |e| e.flags &= !IMAP_ORPHAN);
         rewrite_inode(&img, orphan, |d| d.nlink = 1);
         let r = img.check(mode);

@@ -33,6 +33,17 @@ pub fn layout(img: &Image) -> Layout {
     Layout { sb, cp, tables }
 }
 
+/// The orphan the workload leaves (a file unlinked while open): its inode number.
+pub fn orphan_of(img: &Image) -> u64 {
+    layout(img)
+        .tables
+        .ifile
+        .imap
+        .iter()
+        .position(|e| e.allocated() && e.flags & crate::format::meta::IMAP_ORPHAN != 0)
+        .expect("the image holds an orphan") as u64
+}
+
 pub fn read_block(img: &Image, addr: u64) -> Vec<u8> {
     let mut b = vec![0u8; super::image::BS as usize];
     img.meta.read_at(&mut b, addr * super::image::BS).unwrap();

@@ -150,6 +150,18 @@ fn written(bytes: &[u8]) -> Vec<usize> {
 }
 
 /// Damage a copy of a base image; returns the devices' bytes and what was done.
+/// One of `blocks` (block numbers of the metadata image `meta`) that holds a log block (a
+/// block header's magic), at random; None if none does.
+fn pick_log_block(meta: &[u8], blocks: &[usize], rng: &mut StdRng) -> Option<usize> {
+    let bs = BS as usize;
+    let logs: Vec<usize> = blocks
+        .iter()
+        .copied()
+        .filter(|&b| get_u32(&meta[b * bs..], 0) == crate::format::header::BLOCK_MAGIC)
+        .collect();
+    (!logs.is_empty()).then(|| logs[rng.gen_range(0..logs.len())])
+}
+
 fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
     let mut rng = StdRng::seed_from_u64(seed);
     let which = rng.gen_range(0..2);
@@ -299,15 +311,9 @@ fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
         }
         8 => {
             // A log block whose header lies (kind, level, owner, index), sealed again.
-            let logs: Vec<usize> = blocks
-                .iter()
-                .copied()
-                .filter(|&b| get_u32(&meta[b * bs..], 0) == crate::format::header::BLOCK_MAGIC)
-                .collect();
-            if logs.is_empty() {
+            let Some(blk) = pick_log_block(&meta, &blocks, &mut rng) else {
                 return (meta, data, "no log block to damage".into());
-            }
-            let blk = logs[rng.gen_range(0..logs.len())];
+            };
             let b = &mut meta[blk * bs..(blk + 1) * bs];
             match rng.gen_range(0..4) {
                 0 => b[4] = rng.gen_range(0..8),
@@ -321,15 +327,9 @@ fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
         9 | 10 => {
             // A consistent lie inside a log block: a field of an inode, pointer, table
             // entry or tree node, with the inode and block checksums sealed again.
-            let logs: Vec<usize> = blocks
-                .iter()
-                .copied()
-                .filter(|&b| get_u32(&meta[b * bs..], 0) == crate::format::header::BLOCK_MAGIC)
-                .collect();
-            if logs.is_empty() {
+            let Some(blk) = pick_log_block(&meta, &blocks, &mut rng) else {
                 return (meta, data, "no log block to damage".into());
-            }
-            let blk = logs[rng.gen_range(0..logs.len())];
+            };
             let b = &mut meta[blk * bs..(blk + 1) * bs];
             let kind = b[4];
             let mut what = Vec::new();

@@ -187,14 +187,7 @@ fn entry_of_the_wrong_type_is_corrected() {
 #[test]
 fn unreachable_file_is_reconnected_under_lost_found() {
     let img = workload_image();
-    let l = layout(&img);
-    let orphan = l
-        .tables
-        .ifile
-        .imap
-        .iter()
-        .position(|e| e.allocated() && e.flags & IMAP_ORPHAN != 0)
-        .unwrap() as u64;
+    let orphan = orphan_of(&img);
     rewrite_imap(&img, orphan, |e| e.flags &= !IMAP_ORPHAN);
     rewrite_inode(&img, orphan, |d| d.nlink = 1);
     let (out, tree) = repaired(&img);
@@ -212,14 +205,7 @@ fn unreachable_file_is_reconnected_under_lost_found() {
 #[test]
 fn unlinked_inode_not_flagged_orphan_is_reconnected() {
     let img = workload_image();
-    let l = layout(&img);
-    let orphan = l
-        .tables
-        .ifile
-        .imap
-        .iter()
-        .position(|e| e.allocated() && e.flags & IMAP_ORPHAN != 0)
-        .unwrap() as u64;
+    let orphan = orphan_of(&img);
     rewrite_imap(&img, orphan, |e| e.flags &= !IMAP_ORPHAN);
     let (_, tree) = repaired(&img);
     assert_eq!(
@@ -1082,14 +1068,7 @@ fn root_that_is_not_a_directory_is_made_again() {
 #[test]
 fn orphans_are_freed_when_a_repair_runs() {
     let img = workload_image();
-    let l = layout(&img);
-    let orphan = l
-        .tables
-        .ifile
-        .imap
-        .iter()
-        .position(|e| e.allocated() && e.flags & IMAP_ORPHAN != 0)
-        .unwrap() as u64;
+    let orphan = orphan_of(&img);
     rewrite_inode(&img, img.ino("small"), |d| d.nlink = 7);
     let (out, _) = repaired(&img);
     assert_done(&out, &format!("inode {orphan}: an orphan"));
