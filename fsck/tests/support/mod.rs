@@ -29,17 +29,25 @@ pub struct Images {
     pub data: PathBuf,
 }
 
+/// Open an image, exclusively unless read-only. "In use" is retried for a while: the tests
+/// run on several threads, and a child (an fsck run) that another thread is starting inherits,
+/// until its exec, the descriptors this thread just closed, with their flock on the image.
 fn open(path: &Path, read_only: bool) -> Arc<dyn BlockDevice> {
-    Arc::new(
-        FileDevice::open(
-            path,
-            OpenMode {
-                read_only,
-                exclusive: !read_only,
-            },
-        )
-        .unwrap(),
-    )
+    let mode = OpenMode {
+        read_only,
+        exclusive: !read_only,
+    };
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match FileDevice::open(path, mode) {
+            Ok(d) => return Arc::new(d),
+            Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy && attempts < 40 => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("open {} (attempt {attempts}): {e}", path.display()),
+        }
+    }
 }
 
 impl Images {
@@ -134,8 +142,21 @@ pub fn small_tree(fs: &Fs) {
 }
 
 /// Run the program with `args`; returns (exit code, stdout + stderr).
+/// Run fsck-dualfs. An image found "in use" is tried again for up to 2 s (see `open`: a
+/// sibling test's child can hold this test's flock for a moment); a file system that really
+/// is in use still ends with exit 8.
 pub fn fsck(args: &[&dyn AsRef<std::ffi::OsStr>]) -> (i32, String) {
-    run(env!("CARGO_BIN_EXE_fsck-dualfs").as_ref(), args)
+    let program: &Path = env!("CARGO_BIN_EXE_fsck-dualfs").as_ref();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let (code, out) = run(program, args);
+        if code == 8 && out.contains("in use") && attempts < 40 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        return (code, out);
+    }
 }
 
 pub fn run(program: &Path, args: &[&dyn AsRef<std::ffi::OsStr>]) -> (i32, String) {
