@@ -12,11 +12,23 @@
 #   bench/cleaner.sh --files 8000 --meta 24   # bigger tree, bigger log
 #   bench/cleaner.sh --only daemon            # one of the two runs
 #   bench/cleaner.sh --policy greedy          # victims by utilization only (default cost-benefit)
+#   bench/cleaner.sh --out DIR                # also DIR/cleaner.csv and DIR/cleaner.png
+#
+# Options: --files N, --rounds N, --meta MIB, --data MIB, --source DIR, --policy
+# cost-benefit|greedy, --only daemon|inprocess, --out DIR.
 #
 # Needs root and /dev/fuse. Sparse images go to $TMPDIR (or /tmp).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+. "$(dirname "$0")/lib.sh"
+bench_wrapper_args "$@"
+cd "$BENCH_REPO"
 cargo build --release -p dualfs --bin dualfs --example cleaner
 cargo build --release -p dualfs-cleaner
-exec "$CARGO_TARGET_DIR/release/examples/cleaner" "$@"
+bench_out_init "$BENCH_OUT_DIR" cleaner
+csv=()
+[ -n "$BENCH_CSV" ] && csv=(--csv "$BENCH_OUT/.cleaner.rows")
+rc=0
+"$CARGO_TARGET_DIR/release/examples/cleaner" "${BENCH_ARGS[@]}" "${csv[@]}" || rc=$?
+bench_import_csv "$BENCH_OUT/.cleaner.rows"
+bench_chart seconds "Cleaner benchmark: the same workload with the cleaner daemon and with in-process cleaning" time
+exit $rc

@@ -8,23 +8,29 @@
 #   bench/fsck.sh --tree DIR       # any directory tree instead
 #   bench/fsck.sh --keep           # keep the images (prints where they are)
 #   bench/fsck.sh --images DIR     # time again on images a --keep run left in DIR
+#   bench/fsck.sh --out DIR        # also DIR/fsck.csv and DIR/fsck.png (times over ext4's)
+#
+# Options: --tree DIR, --keep, --images DIR, --out DIR.
 #
 # Needs root, /dev/fuse, loop devices, e2fsprogs; installs linux-source with apt-get if its
 # tarball is missing. Work files go to $TMPDIR (default /var/tmp): about 3 GB of sparse images
 # and 1.4 GB for the unpacked tree.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+. "$(dirname "$0")/lib.sh"
+cd "$BENCH_REPO"
 
 TREE=""
 KEEP=0
 IMAGES=""
+OUT=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --tree) TREE="$2"; shift 2 ;;
         --keep) KEEP=1; shift ;;
         --images) IMAGES="$2"; KEEP=1; shift 2 ;;
-        *) echo "usage: $0 [--tree DIR] [--keep] [--images DIR]" >&2; exit 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        -h | --help) bench_usage "$0" 0 ;;
+        *) echo "unknown argument $1" >&2; bench_usage "$0" 2 ;;
     esac
 done
 if [ "$(id -u)" != 0 ]; then
@@ -173,3 +179,13 @@ printf "%-22s %10.4f %10.4f %10.4f\n" "e2fsck -f -n" "$E_COLD" "$E_WARM" "$E_CPU
 printf "%-22s %10s %10s %10s\n" "ratio DualFS / ext4" "$(ratio "$D_COLD" "$E_COLD")" \
     "$(ratio "$D_WARM" "$E_WARM")" "$(ratio "$D_CPU" "$E_CPU")"
 echo "(cold: page cache dropped first, best of 3; warm: best of 9; CPU: user + system, best of 9)"
+
+bench_out_init "$OUT" fsck
+for k in cold warm cpu; do
+    case $k in cold) d=$D_COLD e=$E_COLD ;; warm) d=$D_WARM e=$E_WARM ;; cpu) d=$D_CPU e=$E_CPU ;; esac
+    bench_row dualfs "$k" seconds "$d" s
+    bench_row ext4 "$k" seconds "$e" s
+done
+bench_row dualfs tree entries "$FILES" entries
+bench_row dualfs tree bytes "$BYTES" bytes
+bench_chart seconds "fsck-dualfs -f -n against e2fsck -f -n on a $FILES-entry tree" time

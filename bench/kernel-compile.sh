@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Kernel compile on DualFS (with and without -o writeback_cache), kernel ext2/ext3/ext4 on loop
 # devices, fuse2fs (on an ext4 image) and memfs (the in-memory FUSE ceiling), all in one run:
-# unpack Debian's linux-source tree onto each, configure, build, make clean, rm -rf, unmount;
-# each phase timed separately, with a table and each file system's ratio to DualFS.
+# unpack Debian's linux-source tree onto each, scan it (find, grep -r), configure, build, make
+# clean, rm -rf, unmount; each phase timed separately, with a table and each file system's
+# ratio to DualFS.
 #
 #   bench/kernel-compile.sh                        # tinyconfig, make -j2, one round
 #   bench/kernel-compile.sh --config defconfig     # the default configuration (much longer)
@@ -11,15 +12,24 @@
 #   bench/kernel-compile.sh --jobs 4               # make -j4 (default: -j2)
 #   bench/kernel-compile.sh --perf dualfs          # perf record -g the DualFS daemon in each phase
 #   bench/kernel-compile.sh --fuse-ops             # count each FUSE file system's requests per phase
+#   bench/kernel-compile.sh --out DIR              # also DIR/kernel-compile.csv and .png
+#
+# Options: --config tinyconfig|defconfig|allnoconfig, --jobs N, --repeat N, --fs "LIST",
+# --perf "LIST", --fuse-ops, --image-size SIZE (default 24G), --tarball FILE (.tar, .tar.xz or
+# .tar.gz of a kernel tree; default Debian's /usr/src/linux-source-*.tar.xz), --no-build
+# (unpack, scans and rm only), --out DIR.
 #
 # The tarball (/usr/src/linux-source-*.tar.xz, package linux-source) is decompressed once into
 # the temporary folder, so "unpack" times `tar -xf` of a plain tar that is in the page cache:
-# file creation, not xz. Phases: unpack (tar -xf), config (make CONFIG), build (make -jN),
-# clean (make clean), rm (rm -rf of the tree), umount (from the unmount call until everything
-# is on the images). A phase that fails is reported as n/a, with the reason under the table
-# (memfs has no symlinks: tar cannot create the tree's symlinks; the rest still runs on the
-# tree without them, marked *). Ratios are speed relative to DualFS: DualFS's time / this one's
-# (above 1 = faster than DualFS).
+# file creation, not xz. Phases: unpack (tar -xf), find (`find TREE`, warm: the second of two
+# runs), grep (`grep -r -c` of a word over every file of the tree, warm: the second of two
+# runs), config (make CONFIG), build (make -jN), clean (make clean), rm (rm -rf of the tree),
+# umount (from the unmount call until everything is on the images). "total" is the sum of
+# unpack, config, build, clean, rm and umount (the scans are apart, as they were added later).
+# A phase that fails is reported as n/a, with the reason under the table (when tar reports
+# errors the rest still runs on the partial tree, marked *). Ratios are speed relative to
+# DualFS: DualFS's time / this one's (above 1 = faster than DualFS); the chart (--out) shows
+# every phase's time over ext2's.
 #
 # Needs root and /dev/fuse; installs linux-source, the kernel's build dependencies and fuse2fs
 # with apt-get if they are missing.
@@ -28,7 +38,8 @@ export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
 REPEAT=1 CONFIG=tinyconfig JOBS=2 FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=24G TARBALL="" FUSE_OPS=""
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+OUT="" BUILD=1
+usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --repeat) REPEAT=$2; shift 2 ;;
@@ -39,40 +50,30 @@ while [ $# -gt 0 ]; do
         --fuse-ops) FUSE_OPS=1; shift ;;
         --image-size) SIZE=$2; shift 2 ;;
         --tarball) TARBALL=$2; shift 2 ;;
+        --no-build) BUILD=""; shift ;;
+        --out) OUT=$2; shift 2 ;;
         -h | --help) usage 0 ;;
-        *) echo "unknown argument $1" >&2; usage 1 ;;
+        *) echo "unknown argument $1" >&2; usage 2 ;;
     esac
 done
-case "$CONFIG" in tinyconfig | defconfig | allnoconfig) ;; *) bench_die "--config: tinyconfig or defconfig" ;; esac
+case "$CONFIG" in tinyconfig | defconfig | allnoconfig) ;; *) echo "--config: tinyconfig, defconfig or allnoconfig" >&2; usage 2 ;; esac
 # shellcheck disable=SC2086
 bench_check_fs_list $FS_LIST
 
 bench_init
 bench_install linux-source build-essential bc flex bison libelf-dev libssl-dev xz-utils cpio \
     perl kmod time fuse2fs e2fsprogs
+[ -n "$OUT" ] && bench_install gnuplot-nox
 [ -n "$PERF_FS$FUSE_OPS" ] && bench_install linux-perf
 bench_build
+bench_out_init "$OUT" kernel-compile
+# shellcheck disable=SC2086
+FS_LIST=$(bench_available $FS_LIST)
+[ -n "$FS_LIST" ] || bench_die "no file system to run on"
 
-if [ -z "$TARBALL" ]; then
-    TARBALL=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -n 1)
-    [ -n "$TARBALL" ] || bench_die "no /usr/src/linux-source-*.tar.xz (apt-get install linux-source)"
-fi
-case "$TARBALL" in
-    *.tar) TAR=$TARBALL ;;
-    *)
-        bench_log "decompressing $TARBALL"
-        TAR="$BENCH_TMP/linux.tar"
-        case "$TARBALL" in
-            *.gz) gzip -dc "$TARBALL" >"$TAR" ;;
-            *) xz -dc -T0 "$TARBALL" >"$TAR" ;;
-        esac
-        ;;
-esac
-TREE=$(tar -tf "$TAR" | awk -F/ 'NR == 1 { print $1 }')
-read -r N_ENTRIES N_SYMLINKS N_HARDLINKS < <(tar -tvf "$TAR" |
-    awk '{ n++ } /^l/ { s++ } /^h/ { h++ } END { print n + 0, s + 0, h + 0 }')
+bench_kernel_tar "$TARBALL"
+TAR=$BENCH_TAR TREE=$BENCH_TAR_TREE N_ENTRIES=$BENCH_TAR_ENTRIES N_SYMLINKS=$BENCH_TAR_SYMLINKS
 TAR_MB=$(($(stat -c %s "$TAR") >> 20))
-bench_log "$TREE: $N_ENTRIES entries ($N_SYMLINKS symlinks, $N_HARDLINKS hard links), $TAR_MB MiB"
 
 LOG_DIR=${BENCH_LOG_DIR:-/var/tmp/dualfs-bench-logs}   # logs of failed phases are kept there
 declare -A R=()      # "fs|phase|round" -> seconds or n/a
@@ -80,7 +81,8 @@ declare -A CPU=()    # "fs|phase|user/sys/daemon|round" -> CPU seconds
 declare -A OPS=()    # "fs|phase|round" -> FUSE requests (--fuse-ops)
 declare -A FLAG=()   # "fs|phase" -> a mark printed after the figure
 declare -A NOTE=()   # fs -> notes (reasons for n/a, partial trees)
-PHASES="unpack config build clean rm umount"
+PHASES="unpack find grep config build clean rm umount"
+GREP_WORD=include   # in nearly every file, so grep -c reads every file to its end
 
 note() { # fs text: remember a note once
     case "${NOTE[$1]:-}" in *"$2"*) ;; *) NOTE[$1]="${NOTE[$1]:+${NOTE[$1]}; }$2" ;; esac
@@ -147,12 +149,22 @@ run_one() {
         partial="*"
     fi
     if [ -d "$src" ]; then
-        phase "$fs" "$round" config "$logs/config.log" make -C "$src" "$CONFIG" || true
-        phase "$fs" "$round" build "$logs/build.log" make -C "$src" -j"$JOBS" || true
-        phase "$fs" "$round" clean "$logs/clean.log" make -C "$src" clean || true
+        # Warm scans: the first run brings everything into the caches, the second is timed.
+        # grep exits 1 when a file has no match; -c with output to a file makes it read all.
+        find "$src" >/dev/null 2>&1 || true
+        phase "$fs" "$round" find "$logs/find.log" find "$src" || true
+        grep -r -c "$GREP_WORD" "$src" >"$logs/grep0.log" 2>&1 || true
+        phase "$fs" "$round" grep "$logs/grep.log" sh -c 'grep -r -c "$1" "$2"; [ $? -le 1 ]' grep "$GREP_WORD" "$src" || true
+        if [ -n "$BUILD" ]; then
+            phase "$fs" "$round" config "$logs/config.log" make -C "$src" "$CONFIG" || true
+            phase "$fs" "$round" build "$logs/build.log" make -C "$src" -j"$JOBS" || true
+            phase "$fs" "$round" clean "$logs/clean.log" make -C "$src" clean || true
+        else
+            for p in config build clean; do R[$fs|$p|$round]=0; done
+        fi
         phase "$fs" "$round" rm "$logs/rm.log" rm -rf "$src" || true
     else
-        for p in config build clean rm; do R[$fs|$p|$round]="n/a"; done
+        for p in find grep config build clean rm; do R[$fs|$p|$round]="n/a"; done
         note "$fs" "no source tree after unpack"
     fi
     fs_umount "$fs" "$MNT"
@@ -187,20 +199,29 @@ echo "Kernel compile: $TREE ($N_ENTRIES entries, $N_SYMLINKS symlinks, $TAR_MB M
     "median of $REPEAT round(s); $(nproc) CPUs, kernel $(uname -r)"
 echo "Seconds per phase; x $REF = $(bench_fs_label "$REF")'s time / this one's (above 1 = faster than $(bench_fs_label "$REF"))"
 echo
-printf '%-17s %9s %8s %9s %8s %8s %8s %9s | %7s %7s %7s %7s %7s\n' "file system" "unpack" "config" "build" "clean" "rm" \
-    "umount" "total" "unpack" "build" "clean" "rm" "total"
+printf '%-17s %9s %7s %7s %8s %9s %8s %8s %8s %9s | %7s %6s %6s %7s %7s %7s\n' "file system" "unpack" "find" "grep" \
+    "config" "build" "clean" "rm" "umount" "total" "unpack" "find" "grep" "build" "rm" "total"
 for fs in $FS_LIST; do
     p=${R[$fs|partial]:-}
-    printf '%-17s %9s %8s %9s %8s %8s %8s %9s | %7s %7s %7s %7s %7s\n' "$(bench_fs_label "$fs")" \
-        "${M[$fs|unpack]}" "${M[$fs|config]}$p" "${M[$fs|build]}$p${FLAG[$fs|build]:-}" "${M[$fs|clean]}$p" "${M[$fs|rm]}$p" \
+    printf '%-17s %9s %7s %7s %8s %9s %8s %8s %8s %9s | %7s %6s %6s %7s %7s %7s\n' "$(bench_fs_label "$fs")" \
+        "${M[$fs|unpack]}" "${M[$fs|find]}$p" "${M[$fs|grep]}$p" \
+        "${M[$fs|config]}$p" "${M[$fs|build]}$p${FLAG[$fs|build]:-}" "${M[$fs|clean]}$p" "${M[$fs|rm]}$p" \
         "${M[$fs|umount]}$p" "${M[$fs|total]}" \
-        "$(bench_ratio "${M[$REF|unpack]}" "${M[$fs|unpack]}")" "$(bench_ratio "${M[$REF|build]}" "${M[$fs|build]}")" \
-        "$(bench_ratio "${M[$REF|clean]}" "${M[$fs|clean]}")" "$(bench_ratio "${M[$REF|rm]}" "${M[$fs|rm]}")" \
-        "$(bench_ratio "${M[$REF|total]}" "${M[$fs|total]}")"
+        "$(bench_ratio "${M[$REF|unpack]}" "${M[$fs|unpack]}")" "$(bench_ratio "${M[$REF|find]}" "${M[$fs|find]}")" \
+        "$(bench_ratio "${M[$REF|grep]}" "${M[$fs|grep]}")" "$(bench_ratio "${M[$REF|build]}" "${M[$fs|build]}")" \
+        "$(bench_ratio "${M[$REF|rm]}" "${M[$fs|rm]}")" "$(bench_ratio "${M[$REF|total]}" "${M[$fs|total]}")"
 done
+[ -z "$BUILD" ] && echo "(--no-build: config, build and clean were not run; counted as 0)"
 printf '%-17s %s\n' "" "(ratios: x $REF)"
 for fs in $FS_LIST; do
     [ -n "${NOTE[$fs]:-}" ] && printf '%s: %s\n' "$(bench_fs_label "$fs")" "${NOTE[$fs]}"
+done
+bench_print_skipped
+for fs in $FS_LIST; do
+    for p in $PHASES total; do
+        [ -z "$BUILD" ] && case "$p" in config | build | clean) continue ;; esac
+        bench_row "$fs" "$p" seconds "${M[$fs|$p]}" s
+    done
 done
 echo
 echo "CPU seconds (median): the phase's commands user + system (with their children), and the FUSE"
@@ -216,6 +237,7 @@ for fs in $FS_LIST; do
             v=()
             for r in $(seq 1 "$REPEAT"); do v+=("${CPU[$fs|$p|$k|$r]:-n/a}"); done
             m=$(bench_median "${v[@]}")
+            bench_row "$fs" "$p" "cpu_$k" "$m" s
             [ "$m" = n/a ] && m="-"
             cell="${cell:+$cell/}${m%0}"
         done
@@ -237,8 +259,9 @@ if [ -n "$FUSE_OPS" ]; then
     echo "FUSE requests per phase (round 1): total, then by kind:"
     for fs in $FS_LIST; do
         bench_is_fuse "$fs" || continue
-        for p in unpack config build clean rm; do
+        for p in unpack find grep config build clean rm; do
             printf '%-17s %-7s %s\n' "$(bench_fs_label "$fs")" "$p" "${OPS[$fs|$p|1]:-n/a}"
         done
     done
 fi
+bench_chart seconds "Kernel compile: $TREE, make $CONFIG -j$JOBS (median of $REPEAT)" time

@@ -1,44 +1,72 @@
 # shellcheck shell=bash
 # Shared helpers for the benchmark scripts in bench/: install what they need, build DualFS and
-# memfs, and set up / tear down every file system under comparison on sparse images in one
+# the FUSE tools of bench/fuse-tools (memfs, the in-memory FUSE ceiling; delayfs, a slow
+# device), and set up / tear down every file system under comparison on sparse images in one
 # temporary folder, which a trap always cleans up (unmounts, detaches loop devices, stops the
-# FUSE daemons it started, removes the images), also on failure or Ctrl-C.
+# FUSE daemons it started, removes the images), also on failure or Ctrl-C. Also: --out (a CSV
+# of every figure and a PNG chart in the DualFS paper's style) and --help for every script.
 #
 # Source it, then:
+#   bench_usage SCRIPT [EXIT]        # print the script's header comment (its usage) and exit
 #   bench_init                       # root check, temp folder, cleanup trap
 #   bench_install PKG...             # apt-get install the missing ones (idempotent)
-#   bench_build                      # DualFS (release, workspace) and memfs
+#   bench_build                      # DualFS (release, workspace), memfs and delayfs
+#   bench_available FS...            # the ones that can be set up here (others: a note why not)
 #   fs_mount FS MNT SIZE             # make a fresh FS of about SIZE bytes (sparse) mounted at MNT
 #   fs_umount FS MNT                 # unmount (waiting for the daemon's last write), free images
 #   fs_daemon_pid FS MNT             # pid of the FUSE daemon serving MNT (for perf)
+#   bench_out_init DIR NAME          # with --out DIR: DIR/NAME.csv gets every figure
+#   bench_row FS PHASE METRIC VALUE UNIT   # one figure (kept only with --out; n/a skipped)
+#   bench_chart METRIC TITLE [WHAT]  # DIR/NAME.png from the rows of METRIC (see there)
 #
 # File systems (FS): dualfs, dualfs-wb (DualFS -o writeback_cache), ext2, ext3, ext4 (kernel,
-# loop devices), fuse2fs (on an ext4 image file), memfs (in memory, the FUSE ceiling).
+# loop devices), fuse2fs (on an ext4 image file), memfs (in memory, the FUSE ceiling); for the
+# latency benchmark also dualfs-slow (DualFS whose metadata image sits on delayfs: every
+# metadata-device I/O waits BENCH_DELAY_MS) and ext4-slow (kernel ext4 on a loop device over a
+# delayfs file: every I/O waits).
 #
 # Environment:
 #   BENCH_TMPDIR      where the temp folder goes (default $TMPDIR or /var/tmp)
-#   CARGO_TARGET_DIR  where DualFS and memfs are built (default <repo>/target)
-#   MEMFS_SRC         memfs sources (default <repo>/../shared/tools/memfs); copied, never written
-#   MEMFS_THREADS     memfs's thread count (default 4, as in shared/tools/README.md)
+#   CARGO_TARGET_DIR  where DualFS and the FUSE tools are built (default <repo>/target)
+#   MEMFS_THREADS     memfs's thread count (default 4)
 #   DUALFS_OPTS       extra -o options for both DualFS columns (comma-separated)
 #   DUALFS_THREADS    --threads for the DualFS daemon (default: its own default)
+#   BENCH_DUALFS_LOOP 1: DualFS's two images sit behind loop devices, as the ext file systems'
+#                     do (the write-economy benchmark reads what each device was sent)
+#   BENCH_META_SIZE   DualFS's metadata device size (default: a quarter of SIZE, at least 1G)
+#   BENCH_DELAY_MS    delayfs's delay per I/O for the *-slow file systems (default 5)
 
 BENCH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_ALL_FS="dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
+BENCH_EXTRA_FS="dualfs-slow ext4-slow"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$BENCH_REPO/target}"
 DUALFS_BIN="$CARGO_TARGET_DIR/release/dualfs"
 MKFS_DUALFS_BIN="$CARGO_TARGET_DIR/release/mkfs-dualfs"
-MEMFS_BIN="$CARGO_TARGET_DIR/memfs/release/memfs"
-MEMFS_SRC="${MEMFS_SRC:-$BENCH_REPO/../shared/tools/memfs}"
+CLEANER_BIN="$CARGO_TARGET_DIR/release/dualfs-cleaner"
+MEMFS_BIN="$CARGO_TARGET_DIR/release/memfs"
+DELAYFS_BIN="$CARGO_TARGET_DIR/release/delayfs"
 MEMFS_THREADS="${MEMFS_THREADS:-4}"
+BENCH_DELAY_MS="${BENCH_DELAY_MS:-5}"
 
 BENCH_TMP=""
 declare -a BENCH_MOUNTS=()   # "FS|MNT" of everything mounted and not yet unmounted
-declare -A BENCH_LOOP=()     # MNT -> loop device
+declare -A BENCH_LOOP=()     # MNT -> loop devices (space-separated) behind it
 declare -A BENCH_PID=()      # MNT -> pid of a FUSE daemon we started in the background
+declare -A BENCH_DEV=()      # MNT -> "ROLE=DEVICE ..." (all=, or meta= and data= for DualFS)
+declare -A BENCH_SKIP=()     # FS -> why it cannot be set up here
+BENCH_FUSE_TOOLS_ERR=""      # why bench/fuse-tools did not build (memfs/delayfs skipped)
 
 bench_log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 bench_die() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
+
+# The usage of a script is its header comment: every line after the shebang up to the first
+# line that is not a comment, without the "# ". Printed before anything is built or installed.
+bench_usage() { # SCRIPT [EXIT]: to stdout with 0, to stderr otherwise
+    local text
+    text=$(awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1")
+    if [ "${2:-0}" = 0 ]; then printf '%s\n' "$text"; else printf '%s\n' "$text" >&2; fi
+    exit "${2:-0}"
+}
 
 bench_init() {
     [ "$(id -u)" = 0 ] || bench_die "run as root (it mounts file systems and uses loop devices)"
@@ -66,43 +94,87 @@ bench_install() {
     fi
 }
 
-# Build DualFS and memfs (release). memfs's sources are copied next to its build output first,
-# so that cargo never writes (Cargo.lock) into the shared folder, which may be read-only.
+# Build DualFS (release, the workspace's programs), then the FUSE tools of bench/fuse-tools
+# (a workspace member too, built on their own so that a failure there only drops the memfs
+# column, with a note, instead of the whole benchmark).
 bench_build() {
     command -v cargo >/dev/null || bench_die "cargo is needed to build DualFS"
     bench_log "building DualFS (release) into $CARGO_TARGET_DIR"
-    (cd "$BENCH_REPO" && cargo build --release --workspace --quiet 2>"$BENCH_TMP/build.log") ||
+    (cd "$BENCH_REPO" && cargo build --release --workspace --exclude dualfs-bench-fuse --quiet 2>"$BENCH_TMP/build.log") ||
         { cat "$BENCH_TMP/build.log" >&2; bench_die "DualFS build failed"; }
-    [ -f "$MEMFS_SRC/Cargo.toml" ] || bench_die "memfs sources not found at $MEMFS_SRC (set MEMFS_SRC)"
-    local copy="$CARGO_TARGET_DIR/memfs-src"
-    mkdir -p "$copy"
-    rm -rf "$copy/src"
-    cp -r "$MEMFS_SRC/src" "$copy/"
-    # Its own workspace: the copy may sit under DualFS's (when CARGO_TARGET_DIR is <repo>/target).
-    { cat "$MEMFS_SRC/Cargo.toml"; grep -q '^\[workspace\]' "$MEMFS_SRC/Cargo.toml" || printf '\n[workspace]\n'; } >"$copy/Cargo.toml"
-    bench_log "building memfs into $CARGO_TARGET_DIR/memfs"
-    CARGO_TARGET_DIR="$CARGO_TARGET_DIR/memfs" cargo build --release --quiet \
-        --manifest-path "$copy/Cargo.toml" 2>"$BENCH_TMP/build.log" ||
-        { cat "$BENCH_TMP/build.log" >&2; bench_die "memfs build failed"; }
+    bench_log "building memfs and delayfs (bench/fuse-tools)"
+    if ! (cd "$BENCH_REPO" && cargo build --release -p dualfs-bench-fuse --quiet 2>"$BENCH_TMP/build-fuse.log"); then
+        BENCH_FUSE_TOOLS_ERR="bench/fuse-tools did not build: $(grep -m1 -E '^error' "$BENCH_TMP/build-fuse.log" || tail -n 1 "$BENCH_TMP/build-fuse.log")"
+        bench_log "$BENCH_FUSE_TOOLS_ERR"
+    fi
+}
+
+# bench_example NAME: build examples/NAME.rs (release); its path in BENCH_EXAMPLE.
+bench_example() {
+    (cd "$BENCH_REPO" && cargo build --release --quiet --example "$1" 2>"$BENCH_TMP/build-$1.log") ||
+        { cat "$BENCH_TMP/build-$1.log" >&2; bench_die "examples/$1.rs did not build"; }
+    BENCH_EXAMPLE="$CARGO_TARGET_DIR/release/examples/$1"
+}
+
+# Why FS cannot be set up on this machine (empty: it can), after bench_install and bench_build.
+bench_unavailable() {
+    case "$1" in
+        memfs | dualfs-slow | ext4-slow)
+            [ -n "$BENCH_FUSE_TOOLS_ERR" ] && { echo "$BENCH_FUSE_TOOLS_ERR"; return; }
+            [ "$1" = memfs ] && [ ! -x "$MEMFS_BIN" ] && { echo "$MEMFS_BIN was not built"; return; }
+            [ "$1" != memfs ] && [ ! -x "$DELAYFS_BIN" ] && { echo "$DELAYFS_BIN was not built"; return; } ;;
+        fuse2fs) command -v fuse2fs >/dev/null || { echo "fuse2fs is not installed"; return; } ;;
+        ext2 | ext3 | ext4) command -v "mkfs.$1" >/dev/null || { echo "mkfs.$1 is not installed"; return; } ;;
+    esac
+    return 0
+}
+
+# bench_available FS...: print the ones that can run here; for the others a note on stderr and
+# in BENCH_SKIP (the scripts print it under their tables and put it in the CSV).
+bench_available() {
+    local f why out=()
+    for f in "$@"; do
+        why=$(bench_unavailable "$f")
+        if [ -n "$why" ]; then
+            BENCH_SKIP[$f]=$why
+            bench_log "$(bench_fs_label "$f"): skipped ($why)"
+        else
+            out+=("$f")
+        fi
+    done
+    echo "${out[*]}"
+}
+
+# The skip notes, one line each, for under a table.
+bench_print_skipped() {
+    local f
+    for f in "${!BENCH_SKIP[@]}"; do
+        printf '%s: skipped: %s\n' "$(bench_fs_label "$f")" "${BENCH_SKIP[$f]}"
+        bench_row "$f" all skipped 1 note
+    done
 }
 
 bench_fs_label() {
     case "$1" in
         dualfs) echo "DualFS" ;;
         dualfs-wb) echo "DualFS wbcache" ;;
+        dualfs-slow) echo "DualFS slow-meta" ;;
+        dualfs-small) echo "DualFS small-meta" ;;
         ext2 | ext3 | ext4) echo "$1 (kernel)" ;;
+        ext4-slow) echo "ext4 slow-dev" ;;
         fuse2fs) echo "fuse2fs (ext4)" ;;
         memfs) echo "memfs (ceiling)" ;;
         *) echo "$1" ;;
     esac
 }
 
-bench_is_fuse() { case "$1" in dualfs | dualfs-wb | fuse2fs | memfs) return 0 ;; *) return 1 ;; esac; }
+bench_is_fuse() { case "$1" in dualfs | dualfs-wb | dualfs-slow | fuse2fs | memfs) return 0 ;; *) return 1 ;; esac; }
+bench_is_dualfs() { case "$1" in dualfs | dualfs-wb | dualfs-slow) return 0 ;; *) return 1 ;; esac; }
 
 bench_check_fs_list() {
     local f
     for f in "$@"; do
-        case " $BENCH_ALL_FS " in *" $f "*) ;; *) bench_die "unknown file system '$f' (known: $BENCH_ALL_FS)" ;; esac
+        case " $BENCH_ALL_FS $BENCH_EXTRA_FS " in *" $f "*) ;; *) bench_die "unknown file system '$f' (known: $BENCH_ALL_FS $BENCH_EXTRA_FS)" ;; esac
     done
 }
 
@@ -132,65 +204,109 @@ _bench_forget_mount() { # MNT
     BENCH_MOUNTS=("${keep[@]}")
 }
 
+# _bench_attach VAR IMAGE: attach IMAGE to a free loop device, VAR = its path.
+_bench_attach() {
+    local l
+    l=$(losetup -f --show "$2") || bench_die "losetup $2 failed"
+    printf -v "$1" '%s' "$l"
+}
+
+# _bench_start_fuse MNT LOG CMD...: start a FUSE daemon in the background, wait for its mount.
+_bench_start_fuse() {
+    local mnt=$1 log=$2 pid
+    shift 2
+    "$@" >"$log" 2>&1 &
+    pid=$!
+    BENCH_PID[$mnt]=$pid
+    _bench_wait_mounted "$mnt" "$pid" || { cat "$log" >&2; bench_die "$(basename "$1") did not mount $mnt"; }
+}
+
 # fs_mount FS MNT SIZE — SIZE in bytes-with-suffix as truncate takes it (e.g. 8G): the size of
-# the ext images and of DualFS's data device (its metadata device gets a quarter, at least 1G).
+# the ext images and of DualFS's data device (its metadata device gets a quarter, at least 1G,
+# or BENCH_META_SIZE).
 fs_mount() {
-    local fs=$1 mnt=$2 size=${3:-8G} dir="$BENCH_TMP/img-$1" loop pid opts
+    local fs=$1 mnt=$2 size=${3:-8G} dir="$BENCH_TMP/img-$1" loop opts
     mkdir -p "$dir" "$mnt"
     case "$fs" in
-        dualfs | dualfs-wb)
-            local bytes meta
+        dualfs | dualfs-wb | dualfs-slow)
+            local bytes meta meta_dev data_dev
             bytes=$(numfmt --from=iec "$size")
             meta=$((bytes / 4)); [ $meta -lt $((1 << 30)) ] && meta=$((1 << 30))
-            "$MKFS_DUALFS_BIN" -q --size-meta "$meta" --size-data "$bytes" "$dir/meta.img" "$dir/data.img" >/dev/null
+            [ -n "${BENCH_META_SIZE:-}" ] && meta=$(numfmt --from=iec "$BENCH_META_SIZE")
+            mkdir -p "$dir/back"
+            truncate -s "$meta" "$dir/back/meta.img"
+            truncate -s "$bytes" "$dir/data.img"
+            meta_dev="$dir/back/meta.img" data_dev="$dir/data.img"
+            if [ "${BENCH_DUALFS_LOOP:-}" = 1 ] && [ "$fs" != dualfs-slow ]; then
+                local ml dl
+                _bench_attach ml "$meta_dev"
+                BENCH_LOOP[$mnt]=$ml
+                _bench_attach dl "$data_dev"
+                BENCH_LOOP[$mnt]="$ml $dl"
+                meta_dev=$ml data_dev=$dl
+            fi
+            "$MKFS_DUALFS_BIN" -q "$meta_dev" "$data_dev" >/dev/null
+            BENCH_DEV[$mnt]="meta=$meta_dev data=$data_dev"
+            if [ "$fs" = dualfs-slow ]; then
+                # The metadata image is reached through delayfs: every read, write and fsync
+                # of it waits BENCH_DELAY_MS, as on a disk that seeks.
+                mkdir -p "$dir/slow"
+                BENCH_MOUNTS+=("delayfs|$dir/slow")
+                _bench_start_fuse "$dir/slow" "$dir/delayfs.log" \
+                    "$DELAYFS_BIN" "$dir/back" "$dir/slow" --delay-ms "$BENCH_DELAY_MS"
+                meta_dev="$dir/slow/meta.img"
+            fi
             opts="${DUALFS_OPTS:-}"
             [ "$fs" = dualfs-wb ] && opts="${opts:+$opts,}writeback_cache"
-            local args=("$dir/meta.img" "$dir/data.img" "$mnt")
+            local args=("$meta_dev" "$data_dev" "$mnt")
             [ -n "$opts" ] && args+=(-o "$opts")
             [ -n "${DUALFS_THREADS:-}" ] && args+=(--threads "$DUALFS_THREADS")
             BENCH_MOUNTS+=("$fs|$mnt")
             "$DUALFS_BIN" mount "${args[@]}"
             ;;
-        ext2 | ext3 | ext4)
-            truncate -s "$size" "$dir/fs.img"
-            loop=$(losetup -f --show "$dir/fs.img")
+        ext2 | ext3 | ext4 | ext4-slow)
+            local kind=${fs%-slow} img="$dir/fs.img"
+            if [ "$fs" = ext4-slow ]; then
+                # A loop device over a file of delayfs: every I/O of ext4 waits BENCH_DELAY_MS.
+                mkdir -p "$dir/back" "$dir/slow"
+                truncate -s "$size" "$dir/back/fs.img"
+                BENCH_MOUNTS+=("delayfs|$dir/slow")
+                _bench_start_fuse "$dir/slow" "$dir/delayfs.log" \
+                    "$DELAYFS_BIN" "$dir/back" "$dir/slow" --delay-ms "$BENCH_DELAY_MS"
+                img="$dir/slow/fs.img"
+            else
+                truncate -s "$size" "$img"
+            fi
+            _bench_attach loop "$img"
             BENCH_LOOP[$mnt]=$loop
+            BENCH_DEV[$mnt]="all=$loop"
             local ext_opts="lazy_itable_init=0"
-            [ "$fs" != ext2 ] && ext_opts="$ext_opts,lazy_journal_init=0"
-            "mkfs.$fs" -q -F -E "$ext_opts" "$loop" >/dev/null
+            [ "$kind" != ext2 ] && ext_opts="$ext_opts,lazy_journal_init=0"
+            "mkfs.$kind" -q -F -E "$ext_opts" "$loop" >/dev/null
             BENCH_MOUNTS+=("$fs|$mnt")
-            mount -t "$fs" "$loop" "$mnt"
+            mount -t "$kind" "$loop" "$mnt"
             ;;
         fuse2fs)
             truncate -s "$size" "$dir/fs.img"
             mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$dir/fs.img" >/dev/null
             BENCH_MOUNTS+=("$fs|$mnt")
-            fuse2fs "$dir/fs.img" "$mnt" -f >"$dir/fuse2fs.log" 2>&1 &
-            pid=$!
-            BENCH_PID[$mnt]=$pid
-            _bench_wait_mounted "$mnt" "$pid" || { cat "$dir/fuse2fs.log" >&2; bench_die "fuse2fs did not mount"; }
+            _bench_start_fuse "$mnt" "$dir/fuse2fs.log" fuse2fs "$dir/fs.img" "$mnt" -f
             ;;
         memfs)
             BENCH_MOUNTS+=("$fs|$mnt")
-            "$MEMFS_BIN" "$mnt" "$MEMFS_THREADS" >"$dir/memfs.log" 2>&1 &
-            pid=$!
-            BENCH_PID[$mnt]=$pid
-            _bench_wait_mounted "$mnt" "$pid" || { cat "$dir/memfs.log" >&2; bench_die "memfs did not mount"; }
+            _bench_start_fuse "$mnt" "$dir/memfs.log" "$MEMFS_BIN" "$mnt" --threads "$MEMFS_THREADS"
             ;;
         *) bench_die "unknown file system '$fs'" ;;
     esac
     mountpoint -q "$mnt" || bench_die "$fs: $mnt is not mounted"
 }
 
-# fs_umount FS MNT — unmount and wait until everything is on the images (DualFS: its final
-# checkpoint; fuse2fs: its daemon's exit), detach the loop device, remove the images.
-# Sets BENCH_UMOUNT_SECS to the time from the unmount call until all is written.
-fs_umount() {
-    local fs=$1 mnt=$2 dir="$BENCH_TMP/img-$1" rc=0 t0
-    t0=$(bench_now)
+# _bench_unmount FS MNT: unmount one mount point and wait for the daemon we started for it.
+_bench_unmount() {
+    local fs=$1 mnt=$2 rc=0
     if mountpoint -q "$mnt"; then
         case "$fs" in
-            dualfs | dualfs-wb) "$DUALFS_BIN" umount "$mnt" || rc=$? ;;
+            dualfs | dualfs-wb | dualfs-slow) "$DUALFS_BIN" umount "$mnt" || rc=$? ;;
             *) umount "$mnt" || rc=$? ;;
         esac
     fi
@@ -198,14 +314,44 @@ fs_umount() {
         _bench_wait_exit "${BENCH_PID[$mnt]}" 600 || rc=1
         unset "BENCH_PID[$mnt]"
     fi
+    [ $rc = 0 ] && _bench_forget_mount "$mnt"
+    return $rc
+}
+
+# fs_umount FS MNT — unmount and wait until everything is on the images (DualFS: its final
+# checkpoint; fuse2fs: its daemon's exit), detach the loop devices, remove the images.
+# Sets BENCH_UMOUNT_SECS to the time from the unmount call until all is written. With
+# BENCH_KEEP_LOOPS=1 the loop devices stay attached (the caller reads their counters, then
+# calls fs_release FS MNT).
+fs_umount() {
+    local fs=$1 mnt=$2 rc=0 t0
+    t0=$(bench_now)
+    _bench_unmount "$fs" "$mnt" || rc=$?
     BENCH_UMOUNT_SECS=$(bench_since "$t0")
+    [ "${BENCH_KEEP_LOOPS:-}" = 1 ] && return $rc
+    fs_release "$fs" "$mnt" || rc=$?
+    return $rc
+}
+
+# fs_release FS MNT — after fs_umount: detach the loop devices, stop delayfs, remove the images.
+fs_release() {
+    local fs=$1 mnt=$2 dir="$BENCH_TMP/img-$1" rc=0 l
     if [ -n "${BENCH_LOOP[$mnt]:-}" ]; then
-        losetup -d "${BENCH_LOOP[$mnt]}" || rc=$?
+        for l in ${BENCH_LOOP[$mnt]}; do losetup -d "$l" || rc=$?; done
         unset "BENCH_LOOP[$mnt]"
     fi
-    [ $rc = 0 ] && _bench_forget_mount "$mnt"
+    unset "BENCH_DEV[$mnt]"
+    if [ -d "$dir/slow" ]; then _bench_unmount delayfs "$dir/slow" || rc=$?; fi
     rm -rf "$dir"
     return $rc
+}
+
+# Bytes a block device was sent to write so far (/sys/block/NAME/stat: sectors written, in
+# 512-byte units, whatever the device's own sector size).
+bench_dev_written() { # DEVICE
+    local name
+    name=$(basename "$(readlink -f "$1")")
+    awk '{ printf "%.0f\n", $7 * 512 }' "/sys/block/$name/stat"
 }
 
 # The pid of the FUSE daemon serving MNT (DualFS, fuse2fs, memfs), for perf record -p.
@@ -213,13 +359,13 @@ fs_daemon_pid() {
     local fs=$1 mnt=$2
     if [ -n "${BENCH_PID[$mnt]:-}" ]; then echo "${BENCH_PID[$mnt]}"; return; fi
     case "$fs" in
-        dualfs | dualfs-wb) pgrep -n -f -- "dualfs mount .* $mnt( |\$)" ;;
+        dualfs | dualfs-wb | dualfs-slow) pgrep -n -f -- "dualfs mount .* $mnt( |\$)" ;;
     esac
 }
 
 # The trap: undo whatever is still set up, whatever state the script died in.
 bench_cleanup() {
-    local rc=$? i m fs mnt
+    local rc=$? i m fs mnt l
     trap - EXIT INT TERM HUP
     set +e
     for ((i = ${#BENCH_MOUNTS[@]} - 1; i >= 0; i--)); do
@@ -227,16 +373,25 @@ bench_cleanup() {
         bench_log "cleanup: unmounting $fs at $mnt"
         if mountpoint -q "$mnt"; then
             case "$fs" in
-                dualfs | dualfs-wb) timeout 300 "$DUALFS_BIN" umount "$mnt" ;;
+                dualfs | dualfs-wb | dualfs-slow) timeout 300 "$DUALFS_BIN" umount "$mnt" ;;
                 *) umount "$mnt" ;;
             esac
             mountpoint -q "$mnt" && umount -l "$mnt"
+        fi
+        # A delayfs below must not be unmounted before the loop device over it is gone.
+        if [ -n "${BENCH_LOOP[$mnt]:-}" ]; then
+            for l in ${BENCH_LOOP[$mnt]}; do losetup -d "$l"; done
+            unset "BENCH_LOOP[$mnt]"
+        fi
+        if [ -n "${BENCH_PID[$mnt]:-}" ]; then
+            _bench_wait_exit "${BENCH_PID[$mnt]}" 30 || kill "${BENCH_PID[$mnt]}" 2>/dev/null
+            unset "BENCH_PID[$mnt]"
         fi
     done
     for mnt in "${!BENCH_PID[@]}"; do
         _bench_wait_exit "${BENCH_PID[$mnt]}" 30 || kill "${BENCH_PID[$mnt]}" 2>/dev/null
     done
-    for mnt in "${!BENCH_LOOP[@]}"; do losetup -d "${BENCH_LOOP[$mnt]}"; done
+    for mnt in "${!BENCH_LOOP[@]}"; do for l in ${BENCH_LOOP[$mnt]}; do losetup -d "$l"; done; done
     [ -n "$BENCH_TMP" ] && [ -d "$BENCH_TMP" ] && rm -rf "$BENCH_TMP"
     exit $rc
 }
@@ -326,4 +481,175 @@ bench_proc_cpu() { # PID
     [ -n "$1" ] && stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
     stat=${stat##*) }   # the fields after "(comm) "; utime and stime are the 12th and 13th
     awk -v s="$stat" -v hz="$(getconf CLK_TCK)" 'BEGIN { split(s, f, " "); printf "%.2f\n", (f[12] + f[13]) / hz }'
+}
+
+# ---- --out DIR: every figure in a CSV, and a chart of the timing figures.
+#
+# The CSV (DIR/NAME.csv) has one row per figure:
+#   benchmark,fs,phase,metric,value,unit
+# fs is the file system (or configuration) key (dualfs, ext4, memfs, ...), phase what was
+# measured (a PostMark phase, "create W=4", "read loaded", ...), metric the kind of figure
+# (seconds, ops_per_sec, p99_us, bytes, ...). Figures printed as n/a have no row; a file
+# system that could not be set up has one row "FS,all,skipped,1,note".
+BENCH_OUT="" BENCH_NAME="" BENCH_CSV=""
+bench_out_init() { # DIR NAME
+    BENCH_OUT=$1 BENCH_NAME=$2
+    [ -n "$BENCH_OUT" ] || return 0
+    mkdir -p "$BENCH_OUT" || bench_die "cannot make $BENCH_OUT"
+    BENCH_OUT=$(cd "$BENCH_OUT" && pwd)
+    BENCH_CSV="$BENCH_OUT/$BENCH_NAME.csv"
+    echo "benchmark,fs,phase,metric,value,unit" >"$BENCH_CSV"
+}
+
+bench_row() { # FS PHASE METRIC VALUE UNIT
+    [ -n "$BENCH_CSV" ] || return 0
+    [[ "$4" =~ ^-?[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$ ]] || return 0
+    local f
+    for f in "$1" "$2" "$3" "$5"; do
+        case "$f" in *,* | *'"'*) bench_die "CSV field with a comma or quote: $f" ;; esac
+    done
+    printf '%s,%s,%s,%s,%s,%s\n' "$BENCH_NAME" "$1" "$2" "$3" "$4" "$5" >>"$BENCH_CSV"
+}
+
+# bench_chart METRIC TITLE [WHAT] — DIR/NAME.png (or DIR/NAME-SUFFIX.png with BENCH_CHART_SUFFIX),
+# drawn by gnuplot in the style of the DualFS paper's figures: one group of bars per phase,
+# one bar per file system, each bar the file system's figure over the reference file
+# system's in that phase (ext2 when it ran, as in the paper; else ext4, else the first).
+# METRIC must be "lower is better" (a time, a latency, bytes written); WHAT names it on the
+# y axis ("time", "p99 latency", "bytes written"). The reference's own figure is printed
+# under each group. With one file system only (recovery) the bars are its own figures. Needs
+# gnuplot (installed with gnuplot-nox); without it: a note, no PNG.
+bench_chart() {
+    [ -n "$BENCH_CSV" ] || return 0
+    local metric=$1 title=$2 what=${3:-time} png dat ref ncol
+    png="$BENCH_OUT/$BENCH_NAME${BENCH_CHART_SUFFIX:+-$BENCH_CHART_SUFFIX}.png"
+    dat="$BENCH_OUT/.$BENCH_NAME-$metric.dat"
+    command -v gnuplot >/dev/null || bench_install gnuplot-nox ||
+        { bench_log "chart: no gnuplot, no $png"; return 0; }
+    # The reference: ext2, ext4, or the first file system with rows of this metric.
+    ref=$(awk -F, -v m="$metric" 'NR > 1 && $4 == m { seen[$2] = 1; if (first == "") first = $2 }
+        END { if ("ext2" in seen) print "ext2"; else if ("ext4" in seen) print "ext4"; else print first }' "$BENCH_CSV")
+    [ -n "$ref" ] || { bench_log "chart: no $metric figures"; return 0; }
+    local labels="" f nfs=0 unit
+    for f in $(awk -F, -v m="$metric" 'NR > 1 && $4 == m && !s[$2]++ { printf "%s ", $2 }' "$BENCH_CSV"); do
+        labels="$labels$f=$(bench_fs_label "$f");"
+        nfs=$((nfs + 1))
+    done
+    unit=$(awk -F, -v m="$metric" 'NR > 1 && $4 == m { print $6; exit }' "$BENCH_CSV")
+    # Rows: phase (with the reference's figure under it), then each file system's ratio.
+    awk -F, -v m="$metric" -v ref="$ref" -v labels="$labels" -v absolute=$((nfs == 1)) '
+        function short(v) { return v >= 100 ? sprintf("%.0f", v) : (v >= 10 ? sprintf("%.1f", v) : sprintf("%.3g", v)) }
+        NR > 1 && $4 == m {
+            if (!($3 in pseen)) { pseen[$3] = 1; phases[np++] = $3 }
+            if (!($2 in fseen)) { fseen[$2] = 1; fss[nf++] = $2 }
+            v[$3, $2] = $5; unit = $6 }
+        END {
+            n = split(labels, l, ";"); for (i = 1; i <= n; i++) { split(l[i], kv, "="); name[kv[1]] = kv[2] }
+            printf "phase"; for (j = 0; j < nf; j++) printf "\t%s", name[fss[j]]; printf "\n"
+            for (i = 0; i < np; i++) {
+                p = phases[i]; r = v[p, ref]
+                if (absolute) printf "%s", p
+                else printf "%s\\n(%s %s %s)", p, ref, ((p, ref) in v) ? short(r) : "n/a", unit
+                for (j = 0; j < nf; j++) {
+                    f = fss[j]
+                    if (absolute) printf "\t%s", v[p, f]
+                    else if ((p, f) in v && (p, ref) in v && r > 0) printf "\t%.4f", v[p, f] / r; else printf "\t?"
+                }
+                printf "\n"
+            } }' "$BENCH_CSV" >"$dat"
+    ncol=$(head -n 1 "$dat" | awk -F'\t' '{ print NF }')
+    local max yscale="set yrange [0:*]" subtitle ylabel
+    subtitle="$what of each file system over $(bench_fs_label "$ref")'s in the same run: lower is better"
+    ylabel="$what relative to $(bench_fs_label "$ref")"
+    if [ $nfs = 1 ]; then
+        subtitle="$(bench_fs_label "$ref"), $what in $unit: lower is better"
+        ylabel="$what ($unit)"
+    fi
+    max=$(awk -F'\t' 'NR > 1 { for (i = 2; i <= NF; i++) if ($i != "?" && $i > m) m = $i } END { print m + 0 }' "$dat")
+    # Bars more than 30 times the reference's would flatten the rest: a log scale then.
+    [ $nfs -gt 1 ] && awk -v m="$max" 'BEGIN { exit !(m > 30) }' && yscale="set logscale y 10"
+    local nphases width
+    nphases=$(($(wc -l <"$dat") - 1))
+    width=$((300 + nphases * (ncol - 1) * 28 + nphases * 30))
+    [ $width -lt 800 ] && width=800
+    gnuplot <<GNUPLOT 2>"$dat.log" || { bench_log "chart: gnuplot failed: $(head -n 3 "$dat.log")"; return 0; }
+set terminal pngcairo size $width,520 font "DejaVu Sans,10" noenhanced
+set output "$png"
+set datafile separator "\t"
+set datafile missing "?"
+set title "$title\n($subtitle)"
+set style data histograms
+set style histogram clustered gap 1.5
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set key outside right top vertical
+set ylabel "$ylabel"
+$yscale
+set grid ytics
+set xtics nomirror font ",9"
+set ytics nomirror
+set border 3
+set bmargin 5
+plot for [i=2:$ncol] "$dat" using i:xtic(1) title columnheader(i)$([ $nfs -gt 1 ] && echo ', 1 with lines dashtype 2 lc rgb "gray40" notitle')
+GNUPLOT
+    rm -f "$dat" "$dat.log"
+    bench_log "chart: $png"
+}
+
+# bench_import_csv FILE: the rows an example wrote with --csv (fs,phase,metric,value,unit).
+bench_import_csv() {
+    [ -n "$BENCH_CSV" ] && [ -s "$1" ] || return 0
+    sed "s/^/$BENCH_NAME,/" "$1" >>"$BENCH_CSV"
+    rm -f "$1"
+}
+
+# bench_wrapper_args ARGS...: for the scripts that wrap one example program: --help prints
+# the script's usage (before anything is built), --out DIR is taken out (BENCH_OUT_DIR), the
+# rest is left in BENCH_ARGS for the example.
+bench_wrapper_args() {
+    BENCH_ARGS=() BENCH_OUT_DIR=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            -h | --help) bench_usage "$0" 0 ;;
+            --out) [ $# -ge 2 ] || bench_usage "$0" 2; BENCH_OUT_DIR=$2; shift 2 ;;
+            *) BENCH_ARGS+=("$1"); shift ;;
+        esac
+    done
+}
+
+# bench_kernel_tar [TARBALL]: a plain tar of a kernel tree in BENCH_TAR (TARBALL, default the
+# newest /usr/src/linux-source-*.tar.xz of Debian's linux-source, decompressed once into the
+# temporary folder, so that untar times file creation, not xz), its top folder in
+# BENCH_TAR_TREE, BENCH_TAR_ENTRIES/SYMLINKS/HARDLINKS, and BENCH_TAR_BYTES (file contents).
+bench_kernel_tar() {
+    local tarball=${1:-}
+    if [ -z "$tarball" ]; then
+        tarball=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -n 1)
+        [ -n "$tarball" ] || bench_die "no /usr/src/linux-source-*.tar.xz (apt-get install linux-source)"
+    fi
+    case "$tarball" in
+        *.tar) BENCH_TAR=$tarball ;;
+        *)
+            bench_log "decompressing $tarball"
+            BENCH_TAR="$BENCH_TMP/linux.tar"
+            case "$tarball" in
+                *.gz) gzip -dc "$tarball" >"$BENCH_TAR" ;;
+                *) xz -dc -T0 "$tarball" >"$BENCH_TAR" ;;
+            esac
+            ;;
+    esac
+    BENCH_TAR_TREE=$(tar -tf "$BENCH_TAR" | awk -F/ 'NR == 1 { print $1 }')
+    read -r BENCH_TAR_ENTRIES BENCH_TAR_SYMLINKS BENCH_TAR_HARDLINKS BENCH_TAR_BYTES < <(tar -tvf "$BENCH_TAR" |
+        awk '{ n++ } /^l/ { s++ } /^h/ { h++ } /^-/ { b += $3 } END { printf "%d %d %d %.0f\n", n, s, h, b }')
+    bench_log "$BENCH_TAR_TREE: $BENCH_TAR_ENTRIES entries ($BENCH_TAR_SYMLINKS symlinks, $BENCH_TAR_HARDLINKS hard links), $((BENCH_TAR_BYTES >> 20)) MiB of file contents"
+}
+
+# bench_postmark DIR LOG FILES TRANSACTIONS SUBDIRS MIN_SIZE MAX_SIZE: one PostMark run in DIR;
+# LOG gets its output, each line prefixed by the time it was printed (a progress line such as
+# "Creating files...Done" is printed when its phase ends).
+bench_postmark() {
+    printf 'set location %s\nset number %s\nset transactions %s\nset subdirectories %s\nset size %s %s\nrun\nquit\n' \
+        "$1" "$3" "$4" "$5" "$6" "$7" |
+        (cd "$BENCH_TMP" && stdbuf -oL postmark) |
+        while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$2"
 }

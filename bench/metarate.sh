@@ -6,6 +6,10 @@
 #
 #   bench/metarate.sh                               # 1, 2 and 4 workers, 20,000 files each
 #   bench/metarate.sh --workers 1,2,4,8 --files 10000 --rounds 3 --fs "dualfs memfs"
+#   bench/metarate.sh --out DIR     # also DIR/metarate.csv and DIR/metarate.png (time per op)
+#
+# Options: --workers LIST, --files N (per worker), --rounds R (best of), --fs "LIST" (default
+# "dualfs ext4 fuse2fs memfs"), --out DIR.
 #
 # With 2 CPUs, a FUSE file system shares them between the workers and its daemon, so its
 # ceiling is well below 2x: memfs shows what the FUSE path itself allows. See
@@ -14,16 +18,17 @@ set -euo pipefail
 export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
-WORKERS=1,2,4 FILES=20000 ROUNDS=1 FS_LIST="dualfs ext4 fuse2fs memfs" SIZE=8G
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+WORKERS=1,2,4 FILES=20000 ROUNDS=1 FS_LIST="dualfs ext4 fuse2fs memfs" SIZE=8G OUT=""
+usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --workers) WORKERS=$2; shift 2 ;;
         --files) FILES=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --fs) FS_LIST=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
         -h | --help) usage 0 ;;
-        *) echo "unknown argument $1" >&2; usage 1 ;;
+        *) echo "unknown argument $1" >&2; usage 2 ;;
     esac
 done
 # shellcheck disable=SC2086
@@ -31,9 +36,14 @@ bench_check_fs_list $FS_LIST
 
 bench_init
 bench_install fuse2fs e2fsprogs
+[ -n "$OUT" ] && bench_install gnuplot-nox
 bench_build
-(cd "$BENCH_REPO" && cargo build --release --quiet --example metarate) || bench_die "metarate build failed"
-METARATE="$CARGO_TARGET_DIR/release/examples/metarate"
+bench_example metarate
+METARATE=$BENCH_EXAMPLE
+bench_out_init "$OUT" metarate
+# shellcheck disable=SC2086
+FS_LIST=$(bench_available $FS_LIST)
+[ -n "$FS_LIST" ] || bench_die "no file system to run on"
 
 declare -A R=() # "fs|workers|phase" -> ops/s
 for fs in $FS_LIST; do
@@ -68,3 +78,15 @@ for phase in create stat unlink; do
         echo
     done
 done
+bench_print_skipped
+for fs in $FS_LIST; do
+    for phase in create stat unlink; do
+        for w in "${WS[@]}"; do
+            r=${R[$fs|$w|$phase]:-}
+            bench_row "$fs" "$phase W=$w" ops_per_sec "$r" ops/s
+            # The chart's figure: time per operation (lower is better, as in the paper's charts).
+            bench_row "$fs" "$phase W=$w" us_per_op "$(awk -v r="$r" 'BEGIN { if (r + 0 > 0) printf "%.3f", 1e6 / r }')" us
+        done
+    done
+done
+bench_chart us_per_op "Metadata rates: $FILES files per worker, workers ${WORKERS//,/, } (best of $ROUNDS)" "time per operation"

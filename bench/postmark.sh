@@ -9,6 +9,11 @@
 #   bench/postmark.sh --fs "dualfs ext4 memfs"      # a subset
 #   bench/postmark.sh --perf dualfs        # also perf record -g the DualFS daemon during its run
 #   bench/postmark.sh --fuse-ops           # count the FUSE requests of each FUSE file system, by kind
+#   bench/postmark.sh --out DIR            # also DIR/postmark.csv (every figure) and DIR/postmark.png
+#
+# Options: --files F, --transactions T, --subdirs S, --size MIN-MAX (bytes, default 500-10000),
+# --repeat N, --fs "LIST" (default: dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs), --perf "LIST",
+# --fuse-ops, --image-size SIZE (each file system's image, default 4G), --out DIR.
 #
 # Defaults are those of the DualFS paper: 20,000 files of 500 B-10 KB in 100 subdirectories,
 # 50,000 transactions; PostMark's other settings stay at its defaults (512-byte reads and
@@ -19,16 +24,19 @@
 # time of each phase (create = subdirectories + files, transactions, delete) and "umount":
 # from the unmount call until everything is on the images (kernel: sync; DualFS: its final
 # checkpoint; fuse2fs/memfs: the daemon's exit). Ratios are speed relative to DualFS:
-# DualFS's time / this one's time (above 1 = faster than DualFS).
+# DualFS's time / this one's time (above 1 = faster than DualFS). The chart (--out) shows each
+# phase's time over ext2's, as the DualFS paper's figures do. A file system that cannot be set
+# up here (memfs when bench/fuse-tools does not build, fuse2fs without the package) is skipped
+# with a note.
 #
-# Needs root and /dev/fuse; installs postmark and fuse2fs with apt-get if they are missing.
+# Needs root and /dev/fuse; installs postmark, fuse2fs and gnuplot-nox with apt-get if missing.
 set -euo pipefail
 export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
 REPEAT=1 FILES=20000 TRANSACTIONS=50000 SUBDIRS=100 MIN_SIZE=500 MAX_SIZE=10000
-FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=4G FUSE_OPS=""
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=4G FUSE_OPS="" OUT=""
+usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --repeat) REPEAT=$2; shift 2 ;;
@@ -40,8 +48,9 @@ while [ $# -gt 0 ]; do
         --perf) PERF_FS=$2; shift 2 ;;
         --fuse-ops) FUSE_OPS=1; shift ;;
         --image-size) SIZE=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
         -h | --help) usage 0 ;;
-        *) echo "unknown argument $1" >&2; usage 1 ;;
+        *) echo "unknown argument $1" >&2; usage 2 ;;
     esac
 done
 # shellcheck disable=SC2086
@@ -49,8 +58,13 @@ bench_check_fs_list $FS_LIST
 
 bench_init
 bench_install postmark fuse2fs e2fsprogs coreutils
+[ -n "$OUT" ] && bench_install gnuplot-nox
 [ -n "$PERF_FS$FUSE_OPS" ] && bench_install linux-perf
 bench_build
+bench_out_init "$OUT" postmark
+# shellcheck disable=SC2086
+FS_LIST=$(bench_available $FS_LIST)
+[ -n "$FS_LIST" ] || bench_die "no file system to run on"
 
 declare -A R=()  # "fs|metric|round" -> value
 
@@ -64,11 +78,7 @@ run_one() {
     [ -n "$FUSE_OPS" ] && bench_is_fuse "$fs" && bench_fuseops_start "$mnt"
     bench_log "$(bench_fs_label "$fs"): PostMark round $round"
     t0=$(bench_now)
-    # Each progress line ("Creating files...Done") ends when its phase ends: timestamp them.
-    printf 'set location %s\nset number %s\nset transactions %s\nset subdirectories %s\nset size %s %s\nrun\nquit\n' \
-        "$mnt" "$FILES" "$TRANSACTIONS" "$SUBDIRS" "$MIN_SIZE" "$MAX_SIZE" |
-        (cd "$BENCH_TMP" && stdbuf -oL postmark) |
-        while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$out"
+    bench_postmark "$mnt" "$out" "$FILES" "$TRANSACTIONS" "$SUBDIRS" "$MIN_SIZE" "$MAX_SIZE"
     R[$fs|wall|$round]=$(bench_since "$t0")
     bench_perf_wanted "$fs" "$PERF_FS" && bench_perf_stop
     if [ -n "$FUSE_OPS" ] && bench_is_fuse "$fs"; then
@@ -153,6 +163,17 @@ if [ "$REPEAT" -gt 1 ]; then
         printf '%-17s%s\n' "$(bench_fs_label "$fs")" "$line"
     done
 fi
+bench_print_skipped
+for fs in $FS_LIST; do
+    for k in create tx delete umount; do bench_row "$fs" "$([ $k = tx ] && echo transactions || echo $k)" seconds "${M[$fs|$k]}" s; done
+    bench_row "$fs" total seconds "${M[$fs|wall]}" s
+    bench_row "$fs" transactions tx_per_sec "${M[$fs|txps]}" tx/s
+    bench_row "$fs" postmark-total seconds_postmark "${M[$fs|pmtotal]}" s
+    bench_row "$fs" postmark-transactions tx_per_sec_postmark "${M[$fs|pmtps]}" tx/s
+    bench_row "$fs" postmark-read mb_per_sec "${M[$fs|rd]}" MB/s
+    bench_row "$fs" postmark-write mb_per_sec "${M[$fs|wr]}" MB/s
+done
+bench_chart seconds "PostMark: $FILES files, $SUBDIRS subdirectories, $TRANSACTIONS transactions (median of $REPEAT)" time
 if [ -n "$FUSE_OPS" ]; then
     echo
     echo "FUSE requests during the run (round 1): total, then by kind:"

@@ -6,27 +6,32 @@
 # tarball extracted on the host. Prints the time, the cleaner's figures and the verdicts;
 # exits non-zero on any failure.
 #
-#   bench/soak.sh [--rounds 5] [--meta-size 128M]
+#   bench/soak.sh [--rounds 5] [--meta-size 128M] [--out DIR]
+#
+# With --out DIR: DIR/soak.csv (workload time, cleaner figures, verdicts) and DIR/soak.png.
 #
 # Needs root and /dev/fuse; installs PostMark and Debian's linux-source if missing.
 set -euo pipefail
 export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
-ROUNDS=5 META_SIZE=128M
+ROUNDS=5 META_SIZE=128M OUT=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS=$2; shift 2 ;;
         --meta-size) META_SIZE=$2; shift 2 ;;
-        -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) bench_die "unknown argument $1" ;;
+        --out) OUT=$2; shift 2 ;;
+        -h | --help) bench_usage "$0" 0 ;;
+        *) echo "unknown argument $1" >&2; bench_usage "$0" 2 ;;
     esac
 done
 
 bench_init
 bench_install postmark xz-utils
+[ -n "$OUT" ] && bench_install gnuplot-nox python3
 bench_build
-(cd "$BENCH_REPO" && cargo build --release --quiet --example metarate) || bench_die "metarate build failed"
+bench_example metarate
+bench_out_init "$OUT" soak
 TARBALL=$(ls /usr/src/linux-source-*.tar.* 2>/dev/null | sort -V | tail -1 || true)
 if [ -z "$TARBALL" ]; then
     bench_install linux-source
@@ -66,10 +71,11 @@ wait "$pm_pid" || { fail=1; bench_log "PostMark failed:"; tail "$dir/postmark.lo
 wait "$mr_pid" || { fail=1; bench_log "metarate failed:"; tail "$dir/metarate.log" >&2; }
 elapsed=$(bench_since "$t0")
 status=$("$BIN/dualfs-cleaner" --status "$mnt")
+status_json=$("$BIN/dualfs-cleaner" --status --json "$mnt" 2>/dev/null || echo '{}')
 "$BIN/dualfs" umount "$mnt"
 _bench_forget_mount "$mnt"
 
-fsck_out=$("$BIN/fsck-dualfs" -f -n "$dir/meta.img" "$dir/data.img") || { fail=1; echo "$fsck_out" >&2; }
+fsck_out=$("$BIN/fsck-dualfs" -f -n "$dir/meta.img" "$dir/data.img") || { fail=1; fsck_failed=1; echo "$fsck_out" >&2; }
 mkdir -p "$dir/ref"
 tar -xf "$TARBALL" -C "$dir/ref"
 BENCH_MOUNTS+=("dualfs|$mnt")
@@ -90,4 +96,18 @@ echo "workload time: $elapsed s"
 echo "$status" | grep -E "utilization|cleaned|cleaning wrote|write cost|ENOSPC"
 echo "fsck -f -n: $(echo "$fsck_out" | tail -1)"
 echo "last copy after a remount: $verdict"
+bench_row dualfs workload seconds "$elapsed" s
+if [ -n "$BENCH_CSV" ]; then
+    python3 -c '
+import json, sys
+s = json.loads(sys.argv[1])
+c = s.get("counters", {})
+for k in ("passes", "emergency_passes", "segments_cleaned", "bytes_written", "bytes_freed", "enospc"):
+    if k in c: print(f"{k},{c[k]}")
+for k in ("utilization", "write_cost"):
+    if k in s: print(f"{k},{s[k]}")' "$status_json" 2>/dev/null | while IFS=, read -r k v; do bench_row dualfs cleaner "$k" "$v" value; done
+fi
+bench_row dualfs verdict fsck_clean "$([ -z "${fsck_failed:-}" ] && echo 1 || echo 0)" bool
+bench_row dualfs verdict tree_identical "$([ "$verdict" = "identical to the tarball" ] && echo 1 || echo 0)" bool
+bench_chart seconds "Soak: $ROUNDS tree extractions beside PostMark and metarate, $META_SIZE metadata device" time
 exit $fail

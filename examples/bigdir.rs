@@ -19,6 +19,8 @@
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_macros, unused_imports)]
 mod common;
+#[path = "bench_csv/mod.rs"]
+mod bench_csv;
 
 use common::{Backend, TestFs};
 use rand::seq::SliceRandom;
@@ -29,6 +31,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 struct Row {
+    key: &'static str,
     name: &'static str,
     create: f64,
     stat_cold: f64,
@@ -107,6 +110,7 @@ fn run(label: &'static str, mut fs: TestFs, n: u32) -> Row {
     fs.unmount();
     let unmount = t.elapsed();
     Row {
+        key: if label.starts_with("ext4") { "ext4" } else { "dualfs" },
         name: label,
         create,
         stat_cold,
@@ -120,14 +124,16 @@ fn run(label: &'static str, mut fs: TestFs, n: u32) -> Row {
 fn main() {
     let mut n: u32 = 1_000_000;
     let (mut ext4, mut dualfs) = (false, true);
+    let mut csv_path = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--files" => n = args.next().and_then(|v| v.parse().ok()).expect("--files N"),
             "--ext4" => ext4 = true,
             "--no-dualfs" => dualfs = false,
+            "--csv" => csv_path = Some(std::path::PathBuf::from(args.next().expect("--csv FILE"))),
             _ => {
-                eprintln!("usage: bigdir [--files N] [--ext4] [--no-dualfs]");
+                eprintln!("usage: bigdir [--files N] [--ext4] [--no-dualfs] [--csv FILE]");
                 std::process::exit(2);
             }
         }
@@ -158,6 +164,17 @@ fn main() {
         "{:<12} {:>12} {:>14} {:>14} {:>10} {:>10} {:>11}",
         "fs", "creates/s", "stat/s cold", "stat/s warm", "list s", "entries", "unmount s"
     );
+    let mut csv = bench_csv::Csv::create(csv_path.as_deref());
+    for r in &rows {
+        let k = r.key;
+        for (phase, rate) in [("create", r.create), ("stat cold", r.stat_cold), ("stat warm", r.stat_warm)] {
+            csv.row(k, phase, "ops_per_sec", rate, "ops/s");
+            csv.row(k, phase, "seconds", f64::from(n) / rate, "s");
+        }
+        csv.row(k, "list", "seconds", r.list.as_secs_f64(), "s");
+        csv.row(k, "list", "entries", r.listed as f64, "entries");
+        csv.row(k, "unmount", "seconds", r.unmount.as_secs_f64(), "s");
+    }
     for r in rows {
         println!(
             "{:<12} {:>12.0} {:>14.0} {:>14.0} {:>10.2} {:>10} {:>11.2}",

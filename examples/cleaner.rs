@@ -13,6 +13,8 @@
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_macros, unused_imports)]
 mod common;
+#[path = "bench_csv/mod.rs"]
+mod bench_csv;
 
 use common::{Backend, TestFs, TmpfsDir};
 use dualfs::clean::control::{Client, Status};
@@ -31,6 +33,7 @@ struct Config {
     source: Option<PathBuf>,
     modes: Vec<Mode>,
     policy: Policy,
+    csv: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -44,6 +47,12 @@ impl Mode {
         match self {
             Mode::Daemon => "with daemon",
             Mode::InProcess => "in-process only",
+        }
+    }
+    fn key(self) -> &'static str {
+        match self {
+            Mode::Daemon => "daemon",
+            Mode::InProcess => "in-process",
         }
     }
 }
@@ -251,6 +260,7 @@ fn main() {
         source: None,
         modes: vec![Mode::Daemon, Mode::InProcess],
         policy: Policy::CostBenefit,
+        csv: None,
     };
     let mut args = std::env::args().skip(1);
     let num = |v: Option<String>, what: &str| -> u64 {
@@ -264,6 +274,7 @@ fn main() {
             "--meta" => cfg.meta_mib = num(args.next(), "--meta"),
             "--data" => cfg.data_mib = num(args.next(), "--data"),
             "--source" => cfg.source = Some(PathBuf::from(args.next().expect("--source DIR"))),
+            "--csv" => cfg.csv = Some(PathBuf::from(args.next().expect("--csv FILE"))),
             "--policy" => {
                 cfg.policy = args
                     .next()
@@ -280,7 +291,7 @@ fn main() {
             _ => {
                 eprintln!(
                     "usage: cleaner [--files N] [--rounds N] [--meta MIB] [--data MIB] \
-                     [--source DIR] [--policy cost-benefit|greedy] [--only daemon|inprocess]"
+                     [--source DIR] [--policy cost-benefit|greedy] [--only daemon|inprocess] [--csv FILE]"
                 );
                 std::process::exit(2);
             }
@@ -378,6 +389,23 @@ fn main() {
     });
     for r in &rows {
         println!("checker ({}): {}", r.mode.label(), r.check);
+    }
+    let mut csv = bench_csv::Csv::create(cfg.csv.as_deref());
+    for r in &rows {
+        let (k, c) = (r.mode.key(), &r.status.counters);
+        csv.row(k, "total", "seconds", r.time.as_secs_f64(), "s");
+        csv.row(k, "log", "bytes_written", r.log_written as f64, "bytes");
+        csv.row(k, "cleaning", "bytes_written", c.bytes_written as f64, "bytes");
+        csv.row(k, "cleaning", "bytes_freed", c.bytes_freed as f64, "bytes");
+        csv.row(k, "cleaning", "segments_cleaned", c.segments_cleaned as f64, "segments");
+        csv.row(k, "cleaning", "passes", c.passes as f64, "passes");
+        csv.row(k, "cleaning", "write_path_passes", c.emergency_passes as f64, "passes");
+        csv.row(k, "cleaning", "write_cost", r.status.write_cost, "ratio");
+        csv.row(k, "end", "utilization", r.status.utilization, "fraction");
+        csv.row(k, "end", "clean_segments", r.status.clean as f64, "segments");
+        csv.row(k, "end", "enospc", c.enospc as f64, "refusals");
+        csv.row(k, "end", "files_left", r.files_left as f64, "files");
+        csv.row(k, "end", "checker_clean", f64::from(u8::from(r.clean)), "bool");
     }
     if rows.iter().any(|r| !r.clean) {
         std::process::exit(1);

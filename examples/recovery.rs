@@ -24,6 +24,9 @@
 //! `--checkpoint-segments` is the other checkpoint trigger (default here: none, so that the
 //! interval alone bounds the log; the mount program's default is 32 segments).
 
+#[path = "bench_csv/mod.rs"]
+mod bench_csv;
+
 use dualfs::device::{BlockDevice, FileDevice, OpenMode};
 use dualfs::fs::{Caller, Fs, MountOptions};
 use dualfs::mkfs::{mkfs, MkfsParams};
@@ -74,6 +77,7 @@ struct Args {
     checkpoint_segments: u64,
     dir: PathBuf,
     check: bool,
+    csv: Option<PathBuf>,
 }
 
 fn parse_args() -> Args {
@@ -87,6 +91,7 @@ fn parse_args() -> Args {
         checkpoint_segments: u64::MAX,
         dir: std::env::temp_dir(),
         check: true,
+        csv: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -112,11 +117,12 @@ fn parse_args() -> Args {
             }
             "--dir" => a.dir = PathBuf::from(val()),
             "--no-check" => a.check = false,
+            "--csv" => a.csv = Some(PathBuf::from(val())),
             "-h" | "--help" => {
                 println!(
                     "usage: recovery [--intervals 5,15,30] [--seconds N] [--threads 2] \
                      [--rate 20000] [--fsync-every 64] \
-                     [--flush 1] [--checkpoint-segments N] [--dir DIR] [--no-check]"
+                     [--flush 1] [--checkpoint-segments N] [--dir DIR] [--no-check] [--csv FILE]"
                 );
                 std::process::exit(0);
             }
@@ -406,6 +412,20 @@ fn main() {
         "clean mount",
         "check"
     );
+    let mut csv = bench_csv::Csv::create(a.csv.as_deref());
+    for r in &rows {
+        let phase = format!("interval {} s", r.interval);
+        csv.row("dualfs", &phase, "recovery_seconds", r.recovery.as_secs_f64(), "s");
+        csv.row("dualfs", &phase, "clean_mount_seconds", r.clean_mount.as_secs_f64(), "s");
+        csv.row("dualfs", &phase, "since_checkpoint_seconds", r.since_checkpoint.as_secs_f64(), "s");
+        csv.row("dualfs", &phase, "transactions_replayed", r.transactions as f64, "transactions");
+        let log_mib = (r.blocks + r.partial_segments) as f64 * 4096.0 / (1 << 20) as f64;
+        csv.row("dualfs", &phase, "log_replayed", log_mib, "MiB");
+        csv.row("dualfs", &phase, "ops", r.ops as f64, "ops");
+        if let Some(c) = r.check {
+            csv.row("dualfs", &phase, "check_seconds", c.as_secs_f64(), "s");
+        }
+    }
     for r in &rows {
         println!(
             "{:>9}s {:>7.1}s {:>13.2}s {:>10} {:>12} {:>10} {:>10} {:>9.1} {:>11.3}s {:>10.3}s {:>9}",

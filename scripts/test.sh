@@ -2,7 +2,11 @@
 # The whole test suite, as CI runs it (as root: tests mount file systems, use loop devices).
 #   1. every unit, integration, FUSE, crash-state and hostile-image test;
 #   2. the POSIX tests again with -o writeback_cache;
-#   3. each cargo-fuzz target for a few seconds (fuzz/run.sh; cargo-fuzz on stable Rust via
+#   3. the benchmarks as a user runs them from a clone: bench/postmark.sh on a tiny
+#      configuration with --out, on every file system bench/ sets up (DualFS with and without
+#      writeback cache, kernel ext2/ext3/ext4, fuse2fs, the in-repo memfs ceiling), checking
+#      that its CSV has figures of every one and that its chart was drawn (about a minute);
+#   4. each cargo-fuzz target for a few seconds (fuzz/run.sh; cargo-fuzz on stable Rust via
 #      RUSTC_BOOTSTRAP=1, installed if missing). The seeded hostile-image test in step 1 is
 #      the deterministic part; this catches what a short random run finds.
 set -euo pipefail
@@ -17,4 +21,8 @@ cargo test --workspace --release --locked
 DUALFS_TEST_EXTRA_OPTS=writeback_cache cargo test --release --locked \
     --test posix_files --test posix_attr --test posix_dirs --test posix_perms \
     --test posix_rename --test persistence --test threads --test shutdown
+bench_out=$(mktemp -d "${TMPDIR:-/var/tmp}/dualfs-test-bench.XXXXXX")
+trap 'rm -rf "$bench_out"' EXIT
+bench/postmark.sh --files 300 --transactions 600 --subdirs 5 --image-size 1G --out "$bench_out"
+bench/check-out.sh "$bench_out" postmark "dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
 fuzz/run.sh "${DUALFS_FUZZ_SECONDS:-5}"

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# The whole benchmark suite in one command: PostMark, kernel compile, metadata rates, tail
+# latency, big directory, cleaner, fsck and write economy, one after the other, each with
+# --out into a folder of its own; then one summary in Markdown (DIR/summary.md) with the
+# headline figures of every benchmark side by side, each benchmark's full table and links to
+# its chart, CSV and printed output.
+#
+#   bench/all.sh --out DIR                  # the full configurations (several hours on 2 CPUs)
+#   bench/all.sh --out DIR --quick          # reduced configurations (below), about an hour
+#   bench/all.sh --out DIR --only postmark,latency
+#   bench/all.sh --out DIR --skip kernel-compile,fsck
+#   bench/all.sh --summary DIR              # only rewrite DIR/summary.md from the CSVs there
+#
+# --quick: PostMark 5,000 files, 20 subdirectories, 10,000 transactions; kernel compile on
+# DualFS, ext2, ext4 and memfs only; metadata rates with 1 and 4 workers, 5,000 files each;
+# latency 1,000 samples per operation and phase on 500 files; big directory 100,000 files
+# (with ext4); cleaner 2,000 files, 10 rounds; fsck on the Linux tree as usual; write economy
+# with PostMark of 5,000 files and 10,000 transactions.
+#
+# DIR/NAME/ holds NAME.csv, NAME.png (and more charts for some), NAME.txt (what the script
+# printed) and NAME.log (its progress and errors). A benchmark that fails is reported as such
+# in the summary and the suite goes on. Options of the scripts themselves: see their --help.
+#
+# Needs root, /dev/fuse and loop devices; each script installs what it needs with apt-get.
+set -euo pipefail
+export LC_ALL=C
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+
+ALL="postmark kernel-compile metarate latency bigdir cleaner fsck write-economy"
+OUT="" QUICK="" ONLY="" SKIP="" SUMMARY_ONLY=""
+usage() { bench_usage "$0" "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) OUT=$2; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        --only) ONLY=${2//,/ }; shift 2 ;;
+        --skip) SKIP=${2//,/ }; shift 2 ;;
+        --summary) OUT=$2; SUMMARY_ONLY=1; shift 2 ;;
+        -h | --help) usage 0 ;;
+        *) echo "unknown argument $1" >&2; usage 2 ;;
+    esac
+done
+[ -n "$OUT" ] || { echo "--out DIR is required" >&2; usage 2; }
+for b in $ONLY $SKIP; do
+    case " $ALL " in *" $b "*) ;; *) echo "unknown benchmark $b (known: $ALL)" >&2; usage 2 ;; esac
+done
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+args_of() { # NAME: the script's arguments in this configuration
+    if [ -z "$QUICK" ]; then
+        case "$1" in
+            bigdir) echo "--ext4" ;;
+        esac
+        return
+    fi
+    case "$1" in
+        postmark) echo "--files 5000 --transactions 10000 --subdirs 20" ;;
+        kernel-compile) echo "--fs dualfs,ext2,ext4,memfs" ;;
+        metarate) echo "--workers 1,4 --files 5000" ;;
+        latency) echo "--samples 1000 --files 500" ;;
+        bigdir) echo "--files 100000 --ext4" ;;
+        cleaner) echo "--files 2000 --rounds 10" ;;
+        write-economy) echo "--files 5000 --transactions 10000 --subdirs 20" ;;
+    esac
+}
+
+run_bench() { # NAME
+    local name=$1 dir="$OUT/$1" t0 rc=0 args
+    mkdir -p "$dir"
+    args=$(args_of "$name")
+    bench_log "== $name ${args:+($args)}"
+    t0=$(bench_now)
+    # --fs takes a space-separated list: the comma form above keeps args_of one word each.
+    local argv=()
+    read -r -a argv <<<"$args"
+    local i
+    for i in "${!argv[@]}"; do
+        [ "${argv[$i]}" = --fs ] && argv[i + 1]=${argv[i + 1]//,/ }
+    done
+    "$HERE/$name.sh" "${argv[@]}" --out "$dir" 2>"$dir/$name.log" | tee "$dir/$name.txt" || rc=$?
+    printf '%s %s %s\n' "$rc" "$(bench_since "$t0")" "$args" >"$dir/.status"
+    bench_log "== $name: exit $rc after $(bench_since "$t0") s"
+}
+
+if [ -z "$SUMMARY_ONLY" ]; then
+    {
+        echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+        echo "machine: $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) memory, kernel $(uname -r)"
+        echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "configuration: $([ -n "$QUICK" ] && echo "--quick (reduced)" || echo "full")"
+        echo "commit: $(git -C "$BENCH_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    } >"$OUT/machine.txt"
+    for b in $ALL; do
+        [ -n "$ONLY" ] && case " $ONLY " in *" $b "*) ;; *) continue ;; esac
+        case " $SKIP " in *" $b "*) continue ;; esac
+        run_bench "$b"
+    done
+    echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
+fi
+
+# ---- The summary.
+# Headline figures: which rows of each CSV go into the table at the top (an awk condition on
+# $3 phase, $4 metric).
+headline() {
+    case "$1" in
+        postmark) echo '$3 == "total" && $4 == "seconds"' ;;
+        kernel-compile) echo '$4 == "seconds" && ($3 == "total" || $3 == "unpack" || $3 == "find" || $3 == "grep" || $3 == "build" || $3 == "rm")' ;;
+        metarate) echo '$4 == "ops_per_sec"' ;;
+        latency) echo '($4 == "p99_us" || $4 == "max_us") && $3 ~ /loaded$/' ;;
+        bigdir) echo '($4 == "ops_per_sec" && $3 != "stat warm") || ($3 == "list" && $4 == "seconds")' ;;
+        cleaner) echo '($3 == "total" && $4 == "seconds") || $4 == "write_cost" || $4 == "write_path_passes"' ;;
+        fsck) echo '$4 == "seconds"' ;;
+        write-economy) echo '$4 ~ /^bytes/' ;;
+        *) echo 0 ;;
+    esac
+}
+fmt_awk='function fmt(v, u) {
+    if (u == "bytes") return sprintf("%.1f MiB", v / 1048576)
+    if (v == int(v) && (v < 0 ? -v : v) < 1e7) return sprintf("%d", v)
+    a = v < 0 ? -v : v
+    return a >= 100 ? sprintf("%.0f", v) : (a >= 1 ? sprintf("%.2f", v) : sprintf("%.3g", v))
+}'
+# pivot CSV CONDITION: a Markdown table, one row per (phase, metric), one column per file system.
+pivot() {
+    awk -F, "$fmt_awk"'
+        NR > 1 && ('"$2"') {
+            k = $3 " | " $4 " (" $6 ")"; if (!(k in ks)) { ks[k] = 1; rows[nr++] = k }
+            if (!($2 in fs)) { fs[$2] = 1; cols[nc++] = $2 }
+            v[k, $2] = fmt($5, $6)
+        }
+        END {
+            if (nr == 0) { print "(no figures)"; exit }
+            printf "| phase | figure |"; for (j = 0; j < nc; j++) printf " %s |", cols[j]; printf "\n"
+            printf "|---|---|"; for (j = 0; j < nc; j++) printf "---:|"; printf "\n"
+            for (i = 0; i < nr; i++) {
+                printf "| %s |", rows[i]
+                for (j = 0; j < nc; j++) printf " %s |", ((rows[i], cols[j]) in v) ? v[rows[i], cols[j]] : ""
+                printf "\n"
+            } }' "$1"
+}
+
+S="$OUT/summary.md"
+{
+    echo "# DualFS benchmarks: summary"
+    echo
+    [ -f "$OUT/machine.txt" ] && sed 's/^/- /' "$OUT/machine.txt"
+    echo
+    echo "Figures of one run; columns of one table are comparable, across runs they are not (the"
+    echo "machine's load moves FUSE timings a lot). Times and latencies: lower is better; rates"
+    echo "(ops_per_sec): higher is better. Charts: each phase's time over ext2's (or ext4's), as in"
+    echo "the DualFS paper."
+    echo
+    echo "| benchmark | configuration | result | wall time |"
+    echo "|---|---|---|---:|"
+    for b in $ALL; do
+        st="$OUT/$b/.status"
+        [ -f "$st" ] || continue
+        read -r rc secs args <"$st" || true
+        echo "| [$b](#$b) | ${args:-defaults} | $([ "$rc" = 0 ] && echo ok || echo "FAILED (exit $rc; see $b/$b.log)") | $(printf '%.0f s' "$secs") |"
+    done
+    echo
+    echo "## Headline figures"
+    for b in $ALL; do
+        csv="$OUT/$b/$b.csv"
+        [ -f "$csv" ] || continue
+        echo
+        echo "**$b**"
+        echo
+        pivot "$csv" "$(headline "$b")"
+    done
+    for b in $ALL; do
+        csv="$OUT/$b/$b.csv"
+        [ -f "$csv" ] || continue
+        echo
+        echo "## $b"
+        echo
+        for png in "$OUT/$b"/*.png; do [ -f "$png" ] && echo "![$b]($b/$(basename "$png"))"; done
+        echo
+        echo "Every figure ([CSV]($b/$b.csv), [printed output]($b/$b.txt)):"
+        echo
+        pivot "$csv" 1
+    done
+} >"$S"
+bench_log "summary: $S"
