@@ -10,9 +10,11 @@
 #            metadata image sits on delayfs, a FUSE pass-through of bench/fuse-tools that
 #            delays each read, write and fsync), with kernel ext4 on a loop device over a
 #            delayfs file beside it (every one of its I/Os waits the same);
-#   cleaner  DualFS on a small metadata device (24 MiB) filled with small files until the
-#            log is above 80% utilization, the load being bursts of creates and unlinks of
-#            small files (churn), so the cleaner must work during the measurement; prints the
+#   cleaner  DualFS on a small metadata device (64 MiB) filled with small files until the
+#            log is at 80% utilization (or 5 points below the mount's live limit, beyond
+#            which writers get ENOSPC, when that is lower), the load being bursts of
+#            creates and unlinks of small files (churn), so the cleaner must work during the
+#            measurement; prints the
 #            utilization seen and the cleaning passes that ran, and of those the ones that
 #            ran in an operation's write path (from `dualfs-cleaner --status --json`, when
 #            the mount reports them).
@@ -25,8 +27,8 @@
 # default "dualfs ext4 memfs"), --samples N (timed operations of each kind per phase, default
 # 2000), --files N (cached files read and stat'ed, default 1000), --pause-us US (between
 # rounds, default 500), --delay-ms MS (the slow variant's delay, default 5), --meta-size SIZE
-# (the cleaner variant's metadata device, default 24M), --utilization U (the fill target,
-# default 0.80), --max-live N (most files the fill makes, default 60000), --out DIR
+# (the cleaner variant's metadata device, default 64M), --utilization U (the fill target,
+# default 0.80), --max-live N (most files the fill makes, default 400000), --out DIR
 # (DIR/latency.csv, DIR/latency.png: p99 over ext4's, DIR/latency-max.png: maxima).
 #
 # Ratios printed: "x idle" = loaded p99 / idle p99 of the same file system; "max x ext4" =
@@ -39,7 +41,7 @@ export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
 VARIANTS=plain,slow,cleaner FS_LIST="dualfs ext4 memfs" SAMPLES=2000 FILES=1000 PAUSE_US=500
-DELAY=5 META_SMALL=24M UTIL_TARGET=0.80 MAX_LIVE=60000 OUT="" SIZE=4G
+DELAY=5 META_SMALL=64M UTIL_TARGET=0.80 MAX_LIVE=400000 OUT="" SIZE=4G
 usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -76,16 +78,19 @@ declare -A L=()      # "key|op|phase|stat" -> microseconds
 declare -A EXTRA=()  # key -> notes printed under the tables
 RAN=()               # keys in the order they ran
 
-# The mount's cleaner status as "utilization passes emergency_passes" (n/a for what it lacks).
+# The mount's cleaner status as "utilization passes emergency_passes live_limit" (n/a for
+# what it lacks; live_limit: the utilization beyond which writers get ENOSPC).
 cleaner_status() { # MNT
     "$CLEANER_BIN" --status --json "$1" 2>/dev/null | python3 -c '
 import json, sys
 try:
     s = json.load(sys.stdin)
 except Exception:
-    print("n/a n/a n/a"); sys.exit()
+    print("n/a n/a n/a n/a"); sys.exit()
 c = s.get("counters", {})
-print(s.get("utilization", "n/a"), c.get("passes", "n/a"), c.get("emergency_passes", "n/a"))'
+log = s.get("log_segments", 0) * s.get("segment_bytes", 0)
+limit = s["live_limit_bytes"] / log if log and "live_limit_bytes" in s else "n/a"
+print(s.get("utilization", "n/a"), c.get("passes", "n/a"), c.get("emergency_passes", "n/a"), limit)'
 }
 
 # run_latency KEY FS LOADKIND: mount FS, (cleaner variant: fill), measure, unmount.
@@ -94,21 +99,49 @@ run_latency() {
     bench_log "$(bench_fs_label "$key"): mkfs + mount"
     fs_mount "$fs" "$mnt" "$SIZE"
     if [ "$key" = dualfs-small ]; then
-        local util live=0
-        read -r util _ _ < <(cleaner_status "$mnt")
-        while [ "$live" -lt "$MAX_LIVE" ] && awk -v u="$util" -v t="$UTIL_TARGET" 'BEGIN { exit !(u == "n/a" || u < t) }'; do
-            "$LAT" fill "$mnt" --count 2000 --size 100 2>"$BENCH_TMP/fill.err" ||
-                { bench_log "fill stopped: $(tail -n 1 "$BENCH_TMP/fill.err")"; break; }
+        # Fill with small files until the log's utilization reaches the target; if the mount
+        # refuses first (ENOSPC: its live limit), give the last 2,000 files back, so that the
+        # measurement's own files fit, and go on at the utilization reached.
+        local util limit live=0 why="target reached" target=$UTIL_TARGET
+        read -r util _ _ limit < <(cleaner_status "$mnt")
+        # Writers get ENOSPC beyond the live limit: aim a little below it when it is lower.
+        target=$(awk -v t="$UTIL_TARGET" -v l="$limit" 'BEGIN { if (l != "n/a" && l - 0.05 < t) t = l - 0.05; print t }')
+        while awk -v u="$util" -v t="$target" 'BEGIN { exit !(u == "n/a" || u < t) }'; do
+            if [ "$live" -ge "$MAX_LIVE" ]; then why="--max-live reached"; break; fi
+            if ! "$LAT" fill "$mnt" --count 2000 --size 100 2>"$BENCH_TMP/fill.err"; then
+                why="the mount refused more ($(tail -n 1 "$BENCH_TMP/fill.err" | sed 's/.*: //')); the last 2,000 files removed"
+                (cd "$mnt/live" && ls | sort -V | tail -n 21 | xargs rm -rf)
+                live=$(find "$mnt/live" -type f | wc -l)
+                # Until the cleaner has made room, creates may still be refused: wait for it.
+                local waited=0
+                until mkdir "$mnt/.room" 2>/dev/null; do
+                    waited=$((waited + 1))
+                    if [ $waited -gt 120 ]; then
+                        EXTRA[$key]="not measured: after $live live files the mount refused creates (ENOSPC) and still did 60 s after 2,000 files were deleted (utilization shown: $util, live limit $limit)"
+                        bench_log "$(bench_fs_label "$key"): ${EXTRA[$key]}"
+                        RAN+=("$key")
+                        fs_umount "$fs" "$mnt"
+                        return 0
+                    fi
+                    sleep 0.5
+                done
+                rmdir "$mnt/.room"
+                why="$why; creates were refused for another $((waited / 2)) s after that"
+                sleep 6   # a flush interval: the utilization figure catches up
+                read -r util _ _ limit < <(cleaner_status "$mnt")
+                break
+            fi
             live=$((live + 2000))
             sleep 1
-            read -r util _ _ < <(cleaner_status "$mnt")
-            bench_log "$(bench_fs_label "$key"): $live live files, utilization $util"
+            read -r util _ _ limit < <(cleaner_status "$mnt")
+            bench_log "$(bench_fs_label "$key"): $live live files, utilization $util (live limit $limit)"
         done
-        EXTRA[$key]="$live live files of 100 B on a $META_SMALL metadata device; utilization after the fill: $util"
+        EXTRA[$key]="fill: $live live files of 100 B on a $META_SMALL metadata device, utilization $util (target $target), $why; the mount's live limit (writers get ENOSPC beyond it): $limit"
         bench_row "$key" fill live_files "$live" files
         bench_row "$key" fill utilization "$util" fraction
+        bench_row "$key" fill live_limit "$limit" fraction
         # Sample the cleaner's figures every half second while the measurement runs.
-        (while mountpoint -q "$mnt"; do echo "$(cleaner_status "$mnt")"; sleep 0.5; done) >"$BENCH_TMP/poll-$key" 2>/dev/null &
+        (while mountpoint -q "$mnt"; do cleaner_status "$mnt"; sleep 0.5; done) >"$BENCH_TMP/poll-$key" 2>/dev/null &
         poll_pid=$!
     fi
     bench_log "$(bench_fs_label "$key"): measuring ($SAMPLES samples per operation and phase, load: $kind)"

@@ -538,7 +538,9 @@ bench_chart() {
     unit=$(awk -F, -v m="$metric" 'NR > 1 && $4 == m { print $6; exit }' "$BENCH_CSV")
     # Rows: phase (with the reference's figure under it), then each file system's ratio.
     awk -F, -v m="$metric" -v ref="$ref" -v labels="$labels" -v absolute=$((nfs == 1)) '
-        function short(v) { return v >= 100 ? sprintf("%.0f", v) : (v >= 10 ? sprintf("%.1f", v) : sprintf("%.3g", v)) }
+        function short(v) {
+            if (unit == "bytes") return sprintf("%.1f MiB", v / 1048576)
+            return (v >= 100 ? sprintf("%.0f", v) : (v >= 10 ? sprintf("%.1f", v) : sprintf("%.3g", v))) " " unit }
         NR > 1 && $4 == m {
             if (!($3 in pseen)) { pseen[$3] = 1; phases[np++] = $3 }
             if (!($2 in fseen)) { fseen[$2] = 1; fss[nf++] = $2 }
@@ -549,7 +551,7 @@ bench_chart() {
             for (i = 0; i < np; i++) {
                 p = phases[i]; r = v[p, ref]
                 if (absolute) printf "%s", p
-                else printf "%s\\n(%s %s %s)", p, ref, ((p, ref) in v) ? short(r) : "n/a", unit
+                else printf "%s\\n(%s %s)", p, ref, ((p, ref) in v) ? short(r) : "n/a"
                 for (j = 0; j < nf; j++) {
                     f = fss[j]
                     if (absolute) printf "\t%s", v[p, f]
