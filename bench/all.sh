@@ -11,11 +11,10 @@
 #   bench/all.sh --out DIR --skip kernel-compile,fsck
 #   bench/all.sh --summary DIR              # only rewrite DIR/summary.md from the CSVs there
 #
-# --quick: PostMark 5,000 files, 20 subdirectories, 10,000 transactions; kernel compile on
-# DualFS, ext2, ext4 and memfs only; metadata rates with 1 and 4 workers, 5,000 files each;
-# latency 1,000 samples per operation and phase on 500 files; big directory 100,000 files
-# (with ext4); cleaner 2,000 files, 10 rounds; fsck on the Linux tree as usual; write economy
-# with PostMark of 5,000 files and 10,000 transactions.
+# --quick: PostMark and write economy as usual (the paper's PostMark: it takes minutes);
+# kernel compile on DualFS, ext2, ext4 and memfs only; metadata rates with 1 and 4 workers,
+# 5,000 files each; latency 1,000 samples per operation and phase on 500 files; big directory
+# 100,000 files (with ext4); cleaner 2,000 files, 10 rounds; fsck on the Linux tree as usual.
 #
 # DIR/NAME/ holds NAME.csv, NAME.png (and more charts for some), NAME.txt (what the script
 # printed) and NAME.log (its progress and errors). A benchmark that fails is reported as such
@@ -56,13 +55,11 @@ args_of() { # NAME: the script's arguments in this configuration
         return
     fi
     case "$1" in
-        postmark) echo "--files 5000 --transactions 10000 --subdirs 20" ;;
         kernel-compile) echo "--fs dualfs,ext2,ext4,memfs" ;;
         metarate) echo "--workers 1,4 --files 5000" ;;
         latency) echo "--samples 1000 --files 500" ;;
         bigdir) echo "--files 100000 --ext4" ;;
         cleaner) echo "--files 2000 --rounds 10" ;;
-        write-economy) echo "--files 5000 --transactions 10000 --subdirs 20" ;;
     esac
 }
 
@@ -120,11 +117,14 @@ fmt_awk='function fmt(v, u) {
     if (u == "bytes") return sprintf("%.1f MiB", v / 1048576)
     if (v == int(v) && (v < 0 ? -v : v) < 1e7) return sprintf("%d", v)
     a = v < 0 ? -v : v
-    return a >= 100 ? sprintf("%.0f", v) : (a >= 1 ? sprintf("%.2f", v) : sprintf("%.3g", v))
+    return a >= 1000 ? sprintf("%.0f", v) : sprintf("%.3g", v)
 }'
+LABELS=""
+for f in $BENCH_ALL_FS $BENCH_EXTRA_FS dualfs-small; do LABELS="$LABELS$f=$(bench_fs_label "$f");"; done
 # pivot CSV CONDITION: a Markdown table, one row per (phase, metric), one column per file system.
 pivot() {
-    awk -F, "$fmt_awk"'
+    awk -F, -v labels="$LABELS" "$fmt_awk"'
+        BEGIN { n = split(labels, l, ";"); for (i = 1; i <= n; i++) { split(l[i], kv, "="); name[kv[1]] = kv[2] } }
         NR > 1 && ('"$2"') {
             k = $3 " | " $4 " (" $6 ")"; if (!(k in ks)) { ks[k] = 1; rows[nr++] = k }
             if (!($2 in fs)) { fs[$2] = 1; cols[nc++] = $2 }
@@ -132,7 +132,7 @@ pivot() {
         }
         END {
             if (nr == 0) { print "(no figures)"; exit }
-            printf "| phase | figure |"; for (j = 0; j < nc; j++) printf " %s |", cols[j]; printf "\n"
+            printf "| phase | figure |"; for (j = 0; j < nc; j++) printf " %s |", (cols[j] in name) ? name[cols[j]] : cols[j]; printf "\n"
             printf "|---|---|"; for (j = 0; j < nc; j++) printf "---:|"; printf "\n"
             for (i = 0; i < nr; i++) {
                 printf "| %s |", rows[i]

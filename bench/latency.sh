@@ -104,8 +104,10 @@ run_latency() {
         # measurement's own files fit, and go on at the utilization reached.
         local util limit live=0 why="target reached" target=$UTIL_TARGET
         read -r util _ _ limit < <(cleaner_status "$mnt")
-        # Writers get ENOSPC beyond the live limit: aim a little below it when it is lower.
-        target=$(awk -v t="$UTIL_TARGET" -v l="$limit" 'BEGIN { if (l != "n/a" && l - 0.05 < t) t = l - 0.05; print t }')
+        # Writers get ENOSPC beyond the live limit (which moves as the log fills): aim a little
+        # below it when it is lower than the target.
+        aim() { awk -v t="$UTIL_TARGET" -v l="$limit" 'BEGIN { if (l != "n/a" && l - 0.05 < t) t = l - 0.05; print t }'; }
+        target=$(aim)
         while awk -v u="$util" -v t="$target" 'BEGIN { exit !(u == "n/a" || u < t) }'; do
             if [ "$live" -ge "$MAX_LIVE" ]; then why="--max-live reached"; break; fi
             if ! "$LAT" fill "$mnt" --count 2000 --size 100 2>"$BENCH_TMP/fill.err"; then
@@ -134,6 +136,7 @@ run_latency() {
             live=$((live + 2000))
             sleep 1
             read -r util _ _ limit < <(cleaner_status "$mnt")
+            target=$(aim)
             bench_log "$(bench_fs_label "$key"): $live live files, utilization $util (live limit $limit)"
         done
         EXTRA[$key]="fill: $live live files of 100 B on a $META_SMALL metadata device, utilization $util (target $target), $why; the mount's live limit (writers get ENOSPC beyond it): $limit"
