@@ -126,7 +126,10 @@ fn parse_args() -> Args {
                 );
                 std::process::exit(0);
             }
-            other => panic!("unknown argument {other:?} (try --help)"),
+            other => {
+                eprintln!("recovery: unknown argument {other:?} (try --help)");
+                std::process::exit(2);
+            }
         }
     }
     a
