@@ -16,11 +16,11 @@
 //! - list: getdents64 with a 64 KiB buffer until the end, counting entries;
 //! - unmount: umount + wait for the daemon's final checkpoint + the checker (DualFS).
 
+#[path = "bench_csv/mod.rs"]
+mod bench_csv;
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_macros, unused_imports)]
 mod common;
-#[path = "bench_csv/mod.rs"]
-mod bench_csv;
 
 use common::{Backend, TestFs};
 use rand::seq::SliceRandom;
@@ -110,7 +110,11 @@ fn run(label: &'static str, mut fs: TestFs, n: u32) -> Row {
     fs.unmount();
     let unmount = t.elapsed();
     Row {
-        key: if label.starts_with("ext4") { "ext4" } else { "dualfs" },
+        key: if label.starts_with("ext4") {
+            "ext4"
+        } else {
+            "dualfs"
+        },
         name: label,
         create,
         stat_cold,
@@ -167,7 +171,11 @@ fn main() {
     let mut csv = bench_csv::Csv::create(csv_path.as_deref());
     for r in &rows {
         let k = r.key;
-        for (phase, rate) in [("create", r.create), ("stat cold", r.stat_cold), ("stat warm", r.stat_warm)] {
+        for (phase, rate) in [
+            ("create", r.create),
+            ("stat cold", r.stat_cold),
+            ("stat warm", r.stat_warm),
+        ] {
             csv.row(k, phase, "ops_per_sec", rate, "ops/s");
             csv.row(k, phase, "seconds", f64::from(n) / rate, "s");
         }

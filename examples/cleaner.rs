@@ -10,11 +10,11 @@
 //! which builds `dualfs`, `dualfs-cleaner` and this example in release mode and runs it.
 //! The source tree is generated (seeded) in a private tmpfs unless --source names one.
 
+#[path = "bench_csv/mod.rs"]
+mod bench_csv;
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_macros, unused_imports)]
 mod common;
-#[path = "bench_csv/mod.rs"]
-mod bench_csv;
 
 use common::{Backend, TestFs, TmpfsDir};
 use dualfs::clean::control::{Client, Status};
@@ -395,17 +395,47 @@ fn main() {
         let (k, c) = (r.mode.key(), &r.status.counters);
         csv.row(k, "total", "seconds", r.time.as_secs_f64(), "s");
         csv.row(k, "log", "bytes_written", r.log_written as f64, "bytes");
-        csv.row(k, "cleaning", "bytes_written", c.bytes_written as f64, "bytes");
+        csv.row(
+            k,
+            "cleaning",
+            "bytes_written",
+            c.bytes_written as f64,
+            "bytes",
+        );
         csv.row(k, "cleaning", "bytes_freed", c.bytes_freed as f64, "bytes");
-        csv.row(k, "cleaning", "segments_cleaned", c.segments_cleaned as f64, "segments");
+        csv.row(
+            k,
+            "cleaning",
+            "segments_cleaned",
+            c.segments_cleaned as f64,
+            "segments",
+        );
         csv.row(k, "cleaning", "passes", c.passes as f64, "passes");
-        csv.row(k, "cleaning", "write_path_passes", c.emergency_passes as f64, "passes");
+        csv.row(
+            k,
+            "cleaning",
+            "write_path_passes",
+            c.emergency_passes as f64,
+            "passes",
+        );
         csv.row(k, "cleaning", "write_cost", r.status.write_cost, "ratio");
         csv.row(k, "end", "utilization", r.status.utilization, "fraction");
-        csv.row(k, "end", "clean_segments", r.status.clean as f64, "segments");
+        csv.row(
+            k,
+            "end",
+            "clean_segments",
+            r.status.clean as f64,
+            "segments",
+        );
         csv.row(k, "end", "enospc", c.enospc as f64, "refusals");
         csv.row(k, "end", "files_left", r.files_left as f64, "files");
-        csv.row(k, "end", "checker_clean", f64::from(u8::from(r.clean)), "bool");
+        csv.row(
+            k,
+            "end",
+            "checker_clean",
+            f64::from(u8::from(r.clean)),
+            "bool",
+        );
     }
     if rows.iter().any(|r| !r.clean) {
         std::process::exit(1);

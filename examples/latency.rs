@@ -82,7 +82,11 @@ fn write_file(path: &Path, bytes: &[u8], fsync: bool) -> bool {
     };
     // SAFETY: plain syscalls on a path and a buffer we own.
     unsafe {
-        let fd = libc::open(c.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, 0o644);
+        let fd = libc::open(
+            c.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            0o644,
+        );
         if fd < 0 {
             return fail("create");
         }
@@ -123,7 +127,10 @@ fn op_read(path: &CString, buf: &mut [u8]) -> Duration {
     unsafe {
         let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
         if fd < 0 || libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) < 0 {
-            die("read", Path::new(std::ffi::OsStr::from_bytes(path.as_bytes())));
+            die(
+                "read",
+                Path::new(std::ffi::OsStr::from_bytes(path.as_bytes())),
+            );
         }
         libc::close(fd);
     }
@@ -136,7 +143,10 @@ fn op_stat(path: &CString) -> Duration {
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         if libc::stat(path.as_ptr(), &mut st) != 0 {
-            die("stat", Path::new(std::ffi::OsStr::from_bytes(path.as_bytes())));
+            die(
+                "stat",
+                Path::new(std::ffi::OsStr::from_bytes(path.as_bytes())),
+            );
         }
     }
     t.elapsed()
@@ -249,7 +259,9 @@ fn run(a: RunArgs) {
     let totals = std::thread::spawn(move || {
         let (mut mib, mut files, mut failed, mut cycles) = (0u64, 0u64, 0u64, 0u64);
         for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let mut it = line.split_whitespace().map(|w| w.parse::<u64>().unwrap_or(0));
+            let mut it = line
+                .split_whitespace()
+                .map(|w| w.parse::<u64>().unwrap_or(0));
             mib += it.next().unwrap_or(0);
             files += it.next().unwrap_or(0);
             failed += it.next().unwrap_or(0);
@@ -347,18 +359,29 @@ fn main() {
     let dir = PathBuf::from(args.next().unwrap_or_else(|| usage(2)));
     let rest: Vec<String> = args.collect();
     let opt = |name: &str| -> Option<&str> {
-        rest.iter()
-            .position(|a| a == name)
-            .map(|i| rest.get(i + 1).map(String::as_str).unwrap_or_else(|| usage(2)))
+        rest.iter().position(|a| a == name).map(|i| {
+            rest.get(i + 1)
+                .map(String::as_str)
+                .unwrap_or_else(|| usage(2))
+        })
     };
     let num = |name: &str, default: u64| -> u64 {
         opt(name).map_or(default, |v| v.parse().unwrap_or_else(|_| usage(2)))
     };
     let known = [
-        "--files", "--samples", "--pause-us", "--load", "--warmup-s", "--count", "--size", "--kind",
+        "--files",
+        "--samples",
+        "--pause-us",
+        "--load",
+        "--warmup-s",
+        "--count",
+        "--size",
+        "--kind",
     ];
     for (i, a) in rest.iter().enumerate() {
-        if a.starts_with("--") && !known.contains(&a.as_str()) || (i % 2 == 0 && !a.starts_with("--")) {
+        if a.starts_with("--") && !known.contains(&a.as_str())
+            || (i % 2 == 0 && !a.starts_with("--"))
+        {
             usage(2)
         }
     }
@@ -378,7 +401,11 @@ fn main() {
             load: kind("--load"),
             warmup: Duration::from_secs(num("--warmup-s", 1)),
         }),
-        "fill" => fill(&dir, num("--count", 0) as usize, num("--size", 100) as usize),
+        "fill" => fill(
+            &dir,
+            num("--count", 0) as usize,
+            num("--size", 100) as usize,
+        ),
         "load" => load(&dir, &kind("--kind")),
         _ => usage(2),
     }

@@ -418,10 +418,34 @@ fn main() {
     let mut csv = bench_csv::Csv::create(a.csv.as_deref());
     for r in &rows {
         let phase = format!("interval {} s", r.interval);
-        csv.row("dualfs", &phase, "recovery_seconds", r.recovery.as_secs_f64(), "s");
-        csv.row("dualfs", &phase, "clean_mount_seconds", r.clean_mount.as_secs_f64(), "s");
-        csv.row("dualfs", &phase, "since_checkpoint_seconds", r.since_checkpoint.as_secs_f64(), "s");
-        csv.row("dualfs", &phase, "transactions_replayed", r.transactions as f64, "transactions");
+        csv.row(
+            "dualfs",
+            &phase,
+            "recovery_seconds",
+            r.recovery.as_secs_f64(),
+            "s",
+        );
+        csv.row(
+            "dualfs",
+            &phase,
+            "clean_mount_seconds",
+            r.clean_mount.as_secs_f64(),
+            "s",
+        );
+        csv.row(
+            "dualfs",
+            &phase,
+            "since_checkpoint_seconds",
+            r.since_checkpoint.as_secs_f64(),
+            "s",
+        );
+        csv.row(
+            "dualfs",
+            &phase,
+            "transactions_replayed",
+            r.transactions as f64,
+            "transactions",
+        );
         let log_mib = (r.blocks + r.partial_segments) as f64 * 4096.0 / (1 << 20) as f64;
         csv.row("dualfs", &phase, "log_replayed", log_mib, "MiB");
         csv.row("dualfs", &phase, "ops", r.ops as f64, "ops");

@@ -29,7 +29,8 @@ fn is_mountpoint(p: &Path) -> bool {
 
 impl Mounted {
     fn start(name: &str, program: &str, args: &[&str]) -> Mounted {
-        let dir = std::env::temp_dir().join(format!("dualfs-fuse-tools-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("dualfs-fuse-tools-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let mnt = dir.join("mnt");
         fs::create_dir_all(&mnt).unwrap();
@@ -42,7 +43,10 @@ impl Mounted {
         let m = Mounted { dir, mnt, child };
         let t = Instant::now();
         while !is_mountpoint(&m.mnt) {
-            assert!(t.elapsed() < Duration::from_secs(20), "{program} did not mount");
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{program} did not mount"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         m
@@ -70,7 +74,15 @@ fn renameat2(from: &Path, to: &Path, flags: u32) -> i32 {
         CString::new(to.as_os_str().as_bytes()).unwrap(),
     );
     // SAFETY: two NUL-terminated paths; AT_FDCWD.
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), flags) };
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            flags,
+        )
+    };
     if rc == 0 {
         0
     } else {
@@ -86,12 +98,18 @@ fn memfs_is_a_posix_tree() {
     fs::create_dir_all(m.path("a/b/c")).unwrap();
     fs::write(m.path("a/f"), b"hello world").unwrap();
     assert_eq!(fs::read(m.path("a/f")).unwrap(), b"hello world");
-    let f = fs::OpenOptions::new().write(true).open(m.path("a/f")).unwrap();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("a/f"))
+        .unwrap();
     f.set_len(5).unwrap();
     f.set_len(8).unwrap();
     drop(f);
     assert_eq!(fs::read(m.path("a/f")).unwrap(), b"hello\0\0\0");
-    let mut f = fs::OpenOptions::new().append(true).open(m.path("a/f")).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(m.path("a/f"))
+        .unwrap();
     f.write_all(b"!").unwrap();
     drop(f);
     assert_eq!(fs::metadata(m.path("a/f")).unwrap().len(), 9);
@@ -102,7 +120,10 @@ fn memfs_is_a_posix_tree() {
     assert_eq!(fs::read(m.path("a/s")).unwrap().len(), 9);
     fs::hard_link(m.path("a/f"), m.path("a/b/h")).unwrap();
     assert_eq!(fs::metadata(m.path("a/f")).unwrap().nlink(), 2);
-    assert_eq!(errno_of(fs::hard_link(m.path("a/b"), m.path("a/bl"))), libc::EPERM);
+    assert_eq!(
+        errno_of(fs::hard_link(m.path("a/b"), m.path("a/bl"))),
+        libc::EPERM
+    );
 
     // Rename: over a file, a directory across parents (link counts follow), NOREPLACE,
     // EXCHANGE, onto a non-empty directory.
@@ -115,11 +136,20 @@ fn memfs_is_a_posix_tree() {
     fs::rename(m.path("a/b/c"), m.path("a/c")).unwrap();
     assert_eq!((nlink("a"), nlink("a/b")), (4, 2));
     assert_eq!(fs::read_dir(m.path("a/c")).unwrap().count(), 0);
-    assert_eq!(renameat2(&m.path("a/f"), &m.path("a/b/h"), libc::RENAME_NOREPLACE), libc::EEXIST);
-    assert_eq!(renameat2(&m.path("a/f"), &m.path("a/b/h"), libc::RENAME_EXCHANGE), 0);
+    assert_eq!(
+        renameat2(&m.path("a/f"), &m.path("a/b/h"), libc::RENAME_NOREPLACE),
+        libc::EEXIST
+    );
+    assert_eq!(
+        renameat2(&m.path("a/f"), &m.path("a/b/h"), libc::RENAME_EXCHANGE),
+        0
+    );
     assert_eq!(fs::read(m.path("a/f")).unwrap(), b"g");
     assert_eq!(fs::read(m.path("a/b/h")).unwrap().len(), 9);
-    assert_eq!(errno_of(fs::rename(m.path("a/c"), m.path("a/b"))), libc::ENOTEMPTY);
+    assert_eq!(
+        errno_of(fs::rename(m.path("a/c"), m.path("a/b"))),
+        libc::ENOTEMPTY
+    );
     assert_eq!(errno_of(fs::remove_dir(m.path("a/b"))), libc::ENOTEMPTY);
     assert_eq!(errno_of(fs::remove_file(m.path("a/b"))), libc::EISDIR);
 
@@ -159,7 +189,11 @@ fn memfs_is_a_posix_tree() {
     fs::remove_dir(m.path("big")).unwrap();
 
     // Modes, times, statfs.
-    fs::set_permissions(m.path("a/f"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    fs::set_permissions(
+        m.path("a/f"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     assert_eq!(fs::metadata(m.path("a/f")).unwrap().mode() & 0o777, 0o600);
     let st = nix_statvfs(&m.mnt);
     assert!(st.0 > 0 && st.1 > 0, "statfs: {st:?}");
@@ -196,7 +230,11 @@ fn delayfs_serves_the_backing_files() {
     assert_eq!(fs::metadata(m.path("img")).unwrap().len(), 1 << 20);
 
     // Reads and writes at offsets go through to the backing file, across request sizes.
-    let f = fs::OpenOptions::new().read(true).write(true).open(m.path("img")).unwrap();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path("img"))
+        .unwrap();
     let block: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     f.write_all_at(&block, 12_345).unwrap();
     f.sync_data().unwrap();

@@ -14,8 +14,7 @@
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -232,9 +231,9 @@ impl Filesystem for DelayFs {
         reply: ReplyWrite,
     ) {
         self.wait();
-        let r = self.file(fh).and_then(|f| {
-            f.write_all_at(data, offset).map_err(Errno::from)
-        });
+        let r = self
+            .file(fh)
+            .and_then(|f| f.write_all_at(data, offset).map_err(Errno::from));
         match r {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -254,7 +253,10 @@ impl Filesystem for DelayFs {
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
         self.wait();
-        match self.file(fh).and_then(|f| f.sync_data().map_err(Errno::from)) {
+        match self
+            .file(fh)
+            .and_then(|f| f.sync_data().map_err(Errno::from))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }

@@ -183,7 +183,11 @@ impl Tree {
     fn set_size(&mut self, ino: u64, size: u64) -> Result<(), Errno> {
         let n = self.node_mut(ino)?;
         let Content::File(data) = &mut n.content else {
-            return Err(if n.is_dir() { Errno::EISDIR } else { Errno::EINVAL });
+            return Err(if n.is_dir() {
+                Errno::EISDIR
+            } else {
+                Errno::EINVAL
+            });
         };
         let old = data.len() as u64;
         data.resize(usize::try_from(size).map_err(|_| Errno::EFBIG)?, 0);
@@ -608,7 +612,10 @@ impl Filesystem for MemFs {
         reply: ReplyEntry,
     ) {
         let dir = Content::Dir(Dir::new(u64::from(parent)));
-        entry(reply, self.make(req, parent, name, FileType::Directory, mode, 0, dir));
+        entry(
+            reply,
+            self.make(req, parent, name, FileType::Directory, mode, 0, dir),
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -766,7 +773,10 @@ impl Filesystem for MemFs {
         }
         for (&cookie, name) in d.by_cookie.range(offset.max(FIRST_COOKIE - 1) + 1..) {
             let i = d.get(name).expect("by_cookie and entries agree");
-            let kind = t.nodes.get(&i).map_or(FileType::RegularFile, |n| n.attr.kind);
+            let kind = t
+                .nodes
+                .get(&i)
+                .map_or(FileType::RegularFile, |n| n.attr.kind);
             if reply.add(INodeNo(i), cookie, kind, name) {
                 break;
             }
@@ -779,7 +789,16 @@ impl Filesystem for MemFs {
         let (blocks, files) = (1u64 << 26, 1u64 << 24); // 256 GiB, 16 M inodes
         let free = blocks.saturating_sub(t.data_bytes.div_ceil(BLOCK));
         let ffree = files.saturating_sub(t.nodes.len() as u64);
-        reply.statfs(blocks, free, free, files, ffree, BLOCK as u32, NAME_MAX as u32, BLOCK as u32);
+        reply.statfs(
+            blocks,
+            free,
+            free,
+            files,
+            ffree,
+            BLOCK as u32,
+            NAME_MAX as u32,
+            BLOCK as u32,
+        );
     }
 
     fn create(
@@ -824,7 +843,9 @@ fn main() {
                     .unwrap_or_else(|| usage())
             }
             "-h" | "--help" => {
-                println!("usage: memfs MOUNTPOINT [--threads N]   (stop it with: umount MOUNTPOINT)");
+                println!(
+                    "usage: memfs MOUNTPOINT [--threads N]   (stop it with: umount MOUNTPOINT)"
+                );
                 return;
             }
             _ if mountpoint.is_none() && !a.starts_with('-') => mountpoint = Some(a),
