@@ -81,8 +81,8 @@ enum Content {
     File(Vec<u8>),
     Dir(Dir),
     Symlink(OsString),
-    /// Device nodes, fifos and sockets: only their attributes.
-    Special,
+    /// Device nodes, fifos and sockets: only their attributes (kind and device number).
+    Special(FileType, u32),
 }
 
 struct Node {
@@ -280,11 +280,15 @@ impl MemFs {
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        kind: FileType,
         perm: u32,
-        rdev: u32,
         content: Content,
     ) -> Result<FileAttr, Errno> {
+        let (kind, rdev) = match &content {
+            Content::File(_) => (FileType::RegularFile, 0),
+            Content::Dir(_) => (FileType::Directory, 0),
+            Content::Symlink(_) => (FileType::Symlink, 0),
+            Content::Special(kind, rdev) => (*kind, *rdev),
+        };
         if name.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
@@ -595,9 +599,9 @@ impl Filesystem for MemFs {
             let content = if kind == FileType::RegularFile {
                 Content::File(Vec::new())
             } else {
-                Content::Special
+                Content::Special(kind, rdev)
             };
-            self.make(req, parent, name, kind, mode, rdev, content)
+            self.make(req, parent, name, mode, content)
         });
         entry(reply, made);
     }
@@ -612,10 +616,7 @@ impl Filesystem for MemFs {
         reply: ReplyEntry,
     ) {
         let dir = Content::Dir(Dir::new(u64::from(parent)));
-        entry(
-            reply,
-            self.make(req, parent, name, FileType::Directory, mode, 0, dir),
-        );
+        entry(reply, self.make(req, parent, name, mode, dir));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -635,7 +636,7 @@ impl Filesystem for MemFs {
         reply: ReplyEntry,
     ) {
         let content = Content::Symlink(target.as_os_str().to_os_string());
-        let made = self.make(req, parent, link_name, FileType::Symlink, 0o777, 0, content);
+        let made = self.make(req, parent, link_name, 0o777, content);
         entry(reply, made);
     }
 
@@ -812,7 +813,7 @@ impl Filesystem for MemFs {
         reply: ReplyCreate,
     ) {
         let file = Content::File(Vec::new());
-        match self.make(req, parent, name, FileType::RegularFile, mode, 0, file) {
+        match self.make(req, parent, name, mode, file) {
             Ok(a) => reply.created(
                 &TTL,
                 &a,
