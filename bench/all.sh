@@ -9,6 +9,7 @@
 #   bench/all.sh --out DIR --quick          # reduced configurations (below), about an hour
 #   bench/all.sh --out DIR --only postmark,latency
 #   bench/all.sh --out DIR --skip kernel-compile,fsck
+#   bench/all.sh --out DIR --no-kernel-build  # kernel compile without config/build/clean
 #   bench/all.sh --summary DIR              # only rewrite DIR/summary.md from the CSVs there
 #
 # --quick: PostMark and write economy as usual (the paper's PostMark: it takes minutes);
@@ -27,7 +28,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 
 ALL="postmark kernel-compile metarate latency bigdir cleaner fsck write-economy"
-OUT="" QUICK="" ONLY="" SKIP="" SUMMARY_ONLY=""
+OUT="" QUICK="" ONLY="" SKIP="" SUMMARY_ONLY="" KERNEL_BUILD=1
 usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -36,6 +37,7 @@ while [ $# -gt 0 ]; do
         --only) ONLY=${2//,/ }; shift 2 ;;
         --skip) SKIP=${2//,/ }; shift 2 ;;
         --summary) OUT=$2; SUMMARY_ONLY=1; shift 2 ;;
+        --no-kernel-build) KERNEL_BUILD=""; shift ;;
         -h | --help) usage 0 ;;
         *) echo "unknown argument $1" >&2; usage 2 ;;
     esac
@@ -48,6 +50,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
 args_of() { # NAME: the script's arguments in this configuration
+    [ "$1" = kernel-compile ] && [ -z "$KERNEL_BUILD" ] && printf '%s ' --no-build
     if [ -z "$QUICK" ]; then
         case "$1" in
             bigdir) echo "--ext4" ;;
