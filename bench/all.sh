@@ -165,14 +165,31 @@ S="$OUT/summary.md"
     done
     echo
     echo "## Headline figures"
+    echo
+    echo "The main figures of every benchmark in one table (each benchmark's full table is below)."
+    echo
+    # One CSV of the headline rows of all benchmarks (the phase prefixed by the benchmark), its
+    # columns in a fixed order: DualFS first, then the kernel's, the other FUSE ones, variants.
+    hl="$OUT/.headline.csv"
+    echo "benchmark,fs,phase,metric,value,unit" >"$hl"
     for b in $ALL; do
         csv="$OUT/$b/$b.csv"
         [ -f "$csv" ] || continue
-        echo
-        echo "**$b**"
-        echo
-        pivot "$csv" "$(headline "$b")"
+        awk -F, -v OFS=, "NR > 1 && ($(headline "$b")) { \$3 = \"$b: \" \$3; print }" "$csv" >>"$hl"
     done
+    order="dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs dualfs-slow ext4-slow dualfs-small daemon in-process"
+    awk -F, -v order="$order" 'NR == 1 { print; next }
+        { n = split(order, o, " "); k = n + 1; for (i = 1; i <= n; i++) if (o[i] == $2) k = i; print k "\t" NR "\t" $0 }' "$hl" |
+        { read -r header; echo "$header"; sort -t $'\t' -k1,1n -k2,2n | cut -f3-; } >"$hl.sorted"
+    # The rows keep the benchmarks' order: pivot() orders rows by first appearance, columns too,
+    # so feed it the rows in benchmark order but one row of each column first.
+    {
+        head -n 1 "$hl"
+        awk -F, 'NR > 1 && !seen[$2]++ { print }' "$hl.sorted" | sed 's/,[^,]*,[^,]*,[^,]*,[^,]*$/,__order,__order,0,__order/'
+        tail -n +2 "$hl"
+    } >"$hl.pivot"
+    pivot "$hl.pivot" '$3 != "__order"'
+    rm -f "$hl" "$hl.sorted" "$hl.pivot"
     for b in $ALL; do
         csv="$OUT/$b/$b.csv"
         [ -f "$csv" ] || continue
