@@ -8,7 +8,7 @@
 //! the unmount. After the session loop returns, [`KernelMount::still_mounted`] says whether
 //! the kernel ended the connection because the file system was unmounted (the mount is gone)
 //! or aborted it under a mount that stays (`/sys/fs/fuse/connections/N/abort`, `umount -f`
-//! of a busy mount). docs/DESIGN.md ("How a session ends") gives the kernel's reasons.
+//! of a busy mount). docs/DESIGN.md ("The mount and how a session ends") gives the kernel's reasons.
 
 use dualfs::mountinfo::{self, MountEntry};
 use log::{error, info, warn};

@@ -275,7 +275,7 @@ enum KernelSide {
     Fusermount,
 }
 
-/// How the session ended, decided from facts (docs/DESIGN.md, "How a session ends").
+/// How the session ended, decided from facts (docs/DESIGN.md, "The mount and how a session ends").
 #[derive(Debug)]
 enum Ending {
     /// The file system was unmounted: the kernel ended the connection because the mount is
@@ -288,36 +288,52 @@ enum Ending {
     Failed(std::io::Error),
 }
 
-/// Is this how the kernel ends a connection for a reader? ENODEV for a reader that was
-/// waiting; ECONNABORTED for one caught between taking a request and queueing it for the
-/// reply, or for every reader after an abort when FUSE_ABORT_ERROR was negotiated.
-fn connection_ended(result: &std::io::Result<()>) -> bool {
+/// The decision, from the two facts: how the session loop returned, and whether our mount
+/// is still in the table (always "no" when fusermount mounted it: then it cannot be seen).
+fn decide(result: std::io::Result<()>, still_mounted: bool) -> Ending {
     match result {
-        Ok(()) => true,
-        Err(e) => matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)),
+        Err(e) if !is_end_errno(&e) => Ending::Failed(e),
+        _ if still_mounted => Ending::Aborted,
+        _ => Ending::Unmounted,
     }
 }
 
+/// How the kernel ends a connection for a reader: ENODEV for a reader that was waiting;
+/// ECONNABORTED for one caught between taking a request and queueing it for its reply
+/// (fs/fuse/dev.c, `fuse_dev_do_read`), and for every reader after an abort when
+/// FUSE_ABORT_ERROR was negotiated. Either can come with an unmount or with an abort.
+fn is_end_errno(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED))
+}
+
 fn ending(kernel: &KernelSide, result: std::io::Result<()>) -> Ending {
-    let ended = connection_ended(&result);
-    match kernel {
-        KernelSide::Own(mount) if mount.still_mounted() => {
-            if ended {
-                Ending::Aborted
-            } else {
-                // Stop what is left of the session: the mount must not stay served by a
-                // half-dead daemon while the final checkpoint is written.
-                if let Err(e) = mount.abort_connection() {
-                    warn!("cannot abort the FUSE connection: {}", describe_io(&e));
-                }
-                Ending::Failed(result.unwrap_err())
+    let still_mounted = match kernel {
+        KernelSide::Own(mount) => mount.still_mounted(),
+        KernelSide::Fusermount => false,
+    };
+    let end_errno = result.as_ref().err().filter(|e| is_end_errno(e)).map(describe_io);
+    let ending = decide(result, still_mounted);
+    match (&ending, kernel, end_errno) {
+        (Ending::Failed(_), KernelSide::Own(mount), _) if still_mounted => {
+            // Stop what is left of the session: the mount must not stay served by a
+            // half-dead daemon while the final checkpoint is written.
+            if let Err(e) = mount.abort_connection() {
+                warn!("cannot abort the FUSE connection: {}", describe_io(&e));
             }
         }
-        _ => match result {
-            Err(e) if !ended => Ending::Failed(e),
-            _ => Ending::Unmounted,
-        },
+        // A reader had taken a request (an asynchronous RELEASE of a file closed just
+        // before the unmount, say) when the kernel ended the connection.
+        (Ending::Unmounted, KernelSide::Own(_), Some(errno)) => info!(
+            "the FUSE session ended with \"{errno}\" and the mount is gone: an unmount (a \
+             request was being taken when the kernel ended the connection)"
+        ),
+        (Ending::Unmounted, KernelSide::Fusermount, Some(errno)) => warn!(
+            "the FUSE session ended with \"{errno}\"; mounted through fusermount, the daemon \
+             cannot tell an unmount from an abort, and takes it for an unmount"
+        ),
+        _ => {}
     }
+    ending
 }
 
 /// Mount, serve until unmounted, write the final checkpoint. Runs in the daemon (or the
@@ -538,5 +554,26 @@ fn device_error(path: &Path, err: &std::io::Error) -> String {
         )
     } else {
         format!("cannot open {}: {}", path.display(), describe_io(err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Error;
+
+    #[test]
+    fn the_mount_decides_not_the_errno() {
+        let aborted = || Err(Error::from_raw_os_error(libc::ECONNABORTED));
+        let no_device = || Err(Error::from_raw_os_error(libc::ENODEV));
+        assert!(matches!(decide(Ok(()), false), Ending::Unmounted));
+        assert!(matches!(decide(aborted(), false), Ending::Unmounted));
+        assert!(matches!(decide(no_device(), false), Ending::Unmounted));
+        assert!(matches!(decide(Ok(()), true), Ending::Aborted));
+        assert!(matches!(decide(aborted(), true), Ending::Aborted));
+        assert!(matches!(decide(no_device(), true), Ending::Aborted));
+        let invalid = || Err(Error::new(std::io::ErrorKind::InvalidData, "Invalid request"));
+        assert!(matches!(decide(invalid(), false), Ending::Failed(_)));
+        assert!(matches!(decide(invalid(), true), Ending::Failed(_)));
     }
 }
