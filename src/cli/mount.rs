@@ -177,11 +177,15 @@ fn mountpoint_path(path: &Path) -> Result<PathBuf, CliError> {
             describe_io(&e)
         ))
     })?;
-    if !absolute.is_dir() {
-        return Err(CliError::failure(format!(
-            "mount point {} is not a directory",
-            path.display()
-        )));
+    match std::fs::metadata(&absolute) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(dead_mount_error(path, &e)),
+        _ => {
+            return Err(CliError::failure(format!(
+                "mount point {} is not a directory",
+                path.display()
+            )))
+        }
     }
     refuse_stacking(path, &absolute)?;
     Ok(absolute)

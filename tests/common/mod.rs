@@ -469,6 +469,11 @@ impl TestFs {
     pub fn scratch(&self) -> &Path {
         self.dir.path()
     }
+    /// The pid of the running daemon (DualFS only).
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().expect("daemon_pid: no DualFS daemon").child.id()
+    }
+
     /// Everything the daemon printed so far (empty on kernel backends).
     pub fn daemon_log(&self) -> String {
         self.daemon
