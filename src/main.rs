@@ -42,6 +42,14 @@ enum Command {
     /// Exit status: 0 cleanly unmounted, 1 failed (busy, not a mount point, or the daemon
     /// did not finish cleanly), 2 bad command line.
     Umount(cli::umount::UmountArgs),
+    /// Make everything written to a mounted DualFS durable, then return
+    ///
+    /// sync(1) and syncfs(2) do not reach a FUSE file system: on DualFS they make nothing
+    /// durable. This does: it has the kernel write back what it caches for the mount, then
+    /// asks the daemon (through its control socket) for one log commit of everything dirty,
+    /// with the data device flushed first, and returns once that is on the devices. Root and
+    /// the mount owner only. Exit status: 0 durable, 1 failed, 2 bad command line.
+    Sync(cli::sync::SyncArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +62,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Mount(args) => cli::mount::run(args),
         Command::Umount(args) => cli::umount::run(args),
+        Command::Sync(args) => cli::sync::run(args),
     }
 }
 

@@ -23,6 +23,8 @@ pub struct MountEntry {
     pub major: u32,
     pub minor: u32,
     pub mount_point: PathBuf,
+    /// The per-mount options (`rw,nosuid,nodev,relatime`).
+    pub options: String,
     pub fs_type: String,
     pub source: String,
 }
@@ -36,6 +38,10 @@ impl MountEntry {
     /// Is this a FUSE mount ("fuse", "fuseblk" or "fuse.<subtype>")?
     pub fn is_fuse(&self) -> bool {
         is_fuse(&self.fs_type)
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.options.split(',').any(|o| o == "ro")
     }
 }
 
@@ -78,6 +84,7 @@ fn parse_line(line: &[u8]) -> Option<MountEntry> {
         major,
         minor,
         mount_point: PathBuf::from(OsString::from_vec(unescape(fields[4]))),
+        options: text(fields[5]),
         fs_type: text(fields.get(separator + 1)?),
         source: text(fields.get(separator + 2)?),
     })
@@ -127,6 +134,7 @@ mod tests {
         assert_eq!(m.fs_type, "fuse.dualfs");
         assert_eq!(m.source, "/img/m n");
         assert_eq!(m.device(), libc::makedev(0, 37));
+        assert!(!m.is_read_only() && m.options == "rw,nosuid");
         assert_eq!(table[1].mount_point, Path::new("/mnt/my disk"));
     }
 

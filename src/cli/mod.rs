@@ -11,4 +11,5 @@ pub mod options;
 pub mod pid_file;
 pub mod ready_pipe;
 pub mod shutdown;
+pub mod sync;
 pub mod umount;

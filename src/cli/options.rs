@@ -49,7 +49,9 @@ Mount options (-o OPT[,OPT...], may be repeated; later options win):
   allow_other, allow_root    let every user, or root too, use the mount
   default_permissions        always on: the kernel checks permissions, DualFS does not
   dev, nodev, suid, nosuid   device files and set-id bits (off unless asked for)
-  exec, noexec, atime, noatime, sync, async, dirsync
+  exec, noexec, atime, noatime, sync, async
+  dirsync                    every directory change (create, mkdir, mknod, symlink, link,
+                             unlink, rmdir, rename) is durable when it returns; sync implies it
   fsname=NAME                source shown in /proc/mounts (default: the META path)
   subtype=NAME               file system subtype (default: dualfs)
   cache_size=SIZE            metadata cache budget, e.g. 512M or 2G (default 256M)
@@ -348,6 +350,8 @@ impl MountSettings {
                 .checkpoint_interval
                 .unwrap_or(defaults.checkpoint_interval),
             noatime: self.atime == Some(false),
+            // `sync` makes directory changes synchronous too, as on Linux (IS_DIRSYNC).
+            dirsync: self.dirsync || self.sync == Some(true),
             ..defaults
         }
     }
