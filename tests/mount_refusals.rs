@@ -57,6 +57,8 @@ fn a_mount_point_whose_daemon_died_says_enotconn_and_how_to_clear_it() {
     );
     assert!(line.contains("a DualFS whose daemon died"), "{line}");
     assert_eq!(mounts_on(fs.path()), 1, "nothing may be mounted over the dead mount");
+    let out = dualfs(&[Path::new("sync"), fs.path()]);
+    one_line_failure(&out, &["cannot sync", "its daemon died", "dualfs umount"]);
     // The way out it names works: the dead mount goes (reported as such), a mount works.
     let out = dualfs(&[Path::new("umount"), fs.path()]);
     let line = one_line_failure(&out, &["had died without a final checkpoint"]);

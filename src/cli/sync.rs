@@ -37,7 +37,7 @@ pub fn run(args: SyncArgs) -> ExitCode {
 
 fn sync(path: &Path) -> Result<(), CliError> {
     let failure = |what: String| CliError::failure(format!("cannot sync {}: {what}", path.display()));
-    let mountpoint = std::fs::canonicalize(path).map_err(|e| {
+    let io_failure = |e: std::io::Error| {
         if e.raw_os_error() == Some(libc::ENOTCONN) {
             failure(format!(
                 "{} (its daemon died; what it had not written is lost; `dualfs umount {}` \
@@ -48,7 +48,8 @@ fn sync(path: &Path) -> Result<(), CliError> {
         } else {
             failure(describe_io(&e))
         }
-    })?;
+    };
+    let mountpoint = std::fs::canonicalize(path).map_err(io_failure)?;
     let table = mountinfo::read().map_err(|e| failure(format!("/proc/self/mountinfo: {e}")))?;
     let Some(mount) = mountinfo::topmost_at(&table, &mountpoint) else {
         return Err(failure("not a mount point".into()));
@@ -67,13 +68,10 @@ fn sync(path: &Path) -> Result<(), CliError> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(&mountpoint)
-        .map_err(|e| failure(describe_io(&e)))?;
+        .map_err(io_failure)?;
     // SAFETY: syncfs on a descriptor we own.
     if unsafe { libc::syncfs(root.as_raw_fd()) } != 0 {
-        return Err(failure(format!(
-            "syncfs: {}",
-            describe_io(&std::io::Error::last_os_error())
-        )));
+        return Err(io_failure(std::io::Error::last_os_error()));
     }
     drop(root);
     let mut client = Client::connect(&mountpoint).map_err(|e| match e.raw_os_error() {
