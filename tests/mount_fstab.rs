@@ -38,13 +38,7 @@ impl Images {
             .unwrap();
         let root = dir.path().canonicalize().unwrap();
         let (meta, data, mnt) = (root.join("meta.img"), root.join("data.img"), root.join("mnt"));
-        make_image(&meta, 64 << 20);
-        make_image(&data, 256 << 20);
-        let params = dualfs::mkfs::MkfsParams {
-            data_path: data.to_str().unwrap().to_string(),
-            ..Default::default()
-        };
-        mkfs_pair(&meta, &data, &params);
+        make_formatted_pair(&meta, &data, 64 << 20, 256 << 20);
         fs::create_dir(&mnt).unwrap();
         Images {
             _dir: dir,
@@ -205,17 +199,20 @@ impl Drop for SystemLinks {
 /// What fstab lines usually carry: mount(8) keeps some for itself, passes others on.
 const FSTAB_OPTIONS: &str = "defaults,nofail,_netdev,x-systemd.automount,comment=dualfs-test";
 
+/// An fstab of one line `META MNT TYPE OPTIONS 0 0`, mounted with `mount -T FSTAB MNT`.
+fn mount_from_fstab(img: &Images, fs_type: &str, options: &str) {
+    let line = format!("{} {} {fs_type} {options} 0 0", img.meta(), img.mnt());
+    let fstab = img.fstab("fstab", &[line]);
+    let out = mount8(&["-T", fstab.to_str().unwrap(), img.mnt()]);
+    assert_success(&out, &format!("mount -T FSTAB MNT ({fs_type})"));
+    img.assert_mounted();
+}
+
 #[test]
 fn fstab_line_of_type_fuse_dualfs_mounts_with_mount_mountpoint() {
     let _links = SystemLinks::install();
     let img = Images::new();
-    let fstab = img.fstab(
-        "fstab",
-        &[format!("{} {} fuse.dualfs {FSTAB_OPTIONS} 0 0", img.meta(), img.mnt())],
-    );
-    let out = mount8(&["-T", fstab.to_str().unwrap(), img.mnt()]);
-    assert_success(&out, "mount -T FSTAB MNT (fuse.dualfs)");
-    img.assert_mounted();
+    mount_from_fstab(&img, "fuse.dualfs", FSTAB_OPTIONS);
     img.umount_and_check();
 }
 
@@ -223,13 +220,7 @@ fn fstab_line_of_type_fuse_dualfs_mounts_with_mount_mountpoint() {
 fn fstab_line_of_type_dualfs_mounts_with_mount_mountpoint() {
     let _links = SystemLinks::install();
     let img = Images::new();
-    let fstab = img.fstab(
-        "fstab",
-        &[format!("{} {} dualfs {FSTAB_OPTIONS},user,noexec 0 0", img.meta(), img.mnt())],
-    );
-    let out = mount8(&["-T", fstab.to_str().unwrap(), img.mnt()]);
-    assert_success(&out, "mount -T FSTAB MNT (dualfs)");
-    img.assert_mounted();
+    mount_from_fstab(&img, "dualfs", &format!("{FSTAB_OPTIONS},user,noexec"));
     // `user` implies noexec, nosuid, nodev in mount(8); they reach the kernel.
     let options = fs::read_to_string("/proc/self/mounts").unwrap();
     let line = options.lines().rfind(|l| l.contains(img.mnt())).unwrap();

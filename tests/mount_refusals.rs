@@ -76,13 +76,7 @@ fn mounting_over_a_mounted_dualfs_is_refused() {
     let fs = TestFs::new();
     // Another DualFS...
     let (meta, data) = (fs.scratch().join("other-meta.img"), fs.scratch().join("other-data.img"));
-    make_image(&meta, 64 << 20);
-    make_image(&data, 256 << 20);
-    let params = dualfs::mkfs::MkfsParams {
-        data_path: data.to_str().unwrap().to_string(),
-        ..Default::default()
-    };
-    mkfs_pair(&meta, &data, &params);
+    make_formatted_pair(&meta, &data, 64 << 20, 256 << 20);
     let out = dualfs(&[Path::new("mount"), &meta, fs.path()]);
     let source = fs.meta_path().display().to_string();
     one_line_failure(&out, &["is already mounted there", &source, "dualfs umount"]);

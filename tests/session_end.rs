@@ -12,13 +12,13 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// The connection number of the FUSE mount on `mnt` (the minor of its device number), as
-/// /sys/fs/fuse/connections names it.
+/// The connection number of the FUSE mount on `mnt` as /sys/fs/fuse/connections names it:
+/// the kernel's dev_t of the mount, `major << 20 | minor`.
 fn connection(mnt: &Path) -> u32 {
     let table = dualfs::mountinfo::read().unwrap();
     let m = dualfs::mountinfo::topmost_at(&table, mnt).expect("mounted");
     assert_eq!(m.fs_type, "fuse.dualfs");
-    m.minor
+    (m.major << 20) | m.minor
 }
 
 /// fusectl mounted on a private directory (the machine may not have it on
@@ -63,6 +63,24 @@ fn files_are_there(fs: &TestFs, n: usize) {
         let got = fs::read(fs.join(format!("d/f{i}"))).unwrap();
         assert!(got == content(i as u64, 3000 + i), "d/f{i} differs");
     }
+}
+
+/// The daemon of an aborted session: exit non-zero, said so, the dead mount detached.
+fn assert_abort_reported(fs: &mut TestFs) {
+    let (status, log) = fs.wait_daemon_exit();
+    assert!(!status.success(), "an abort must not exit 0; log:\n{log}");
+    assert!(log.contains("aborted the FUSE connection"), "{log}");
+    assert!(log.contains("final checkpoint written"), "{log}");
+    assert!(!is_mounted(fs.path()), "the daemon must detach the dead mount");
+}
+
+/// After the daemon ended: the checker is clean, and the `n` files mount again intact
+/// (the final checkpoint has them, fsync or not).
+fn consistent_with_files(fs: &mut TestFs, n: usize) {
+    fs.check();
+    fs.mount();
+    files_are_there(fs, n);
+    fs.unmount();
 }
 
 fn daemon_logs(fs: &TestFs) -> String {
@@ -160,15 +178,8 @@ fn an_abort_through_fusectl_is_reported_and_the_file_system_stays_consistent() {
     write_files(&fs, 50);
     let ctl = FuseCtl::mount(fs.scratch());
     ctl.abort(connection(fs.path()));
-    let (status, log) = fs.wait_daemon_exit();
-    assert!(!status.success(), "an abort must not exit 0; log:\n{log}");
-    assert!(log.contains("aborted the FUSE connection"), "{log}");
-    assert!(log.contains("final checkpoint written"), "{log}");
-    assert!(!is_mounted(fs.path()), "the daemon must detach the dead mount");
-    fs.check();
-    fs.mount();
-    files_are_there(&fs, 50);
-    fs.unmount();
+    assert_abort_reported(&mut fs);
+    consistent_with_files(&mut fs, 50);
 }
 
 #[test]
@@ -179,10 +190,7 @@ fn umount_force_of_a_busy_mount_is_an_abort() {
     let mut held = File::open(fs.join("d/f0")).unwrap();
     let e = sys::umount2(fs.path(), libc::MNT_FORCE).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
-    let (status, log) = fs.wait_daemon_exit();
-    assert!(!status.success(), "exit 0 after an abort; log:\n{log}");
-    assert!(log.contains("aborted the FUSE connection"), "{log}");
-    assert!(!is_mounted(fs.path()), "the dead mount must be detached");
+    assert_abort_reported(&mut fs);
     let mut buf = [0u8; 16];
     let e = held.read(&mut buf).unwrap_err();
     assert!(
@@ -190,10 +198,7 @@ fn umount_force_of_a_busy_mount_is_an_abort() {
         "read from the aborted mount: {e}"
     );
     drop(held);
-    fs.check();
-    fs.mount();
-    files_are_there(&fs, 20);
-    fs.unmount();
+    consistent_with_files(&mut fs, 20);
 }
 
 /// `umount -f` of an idle mount aborts the connection and then unmounts: the daemon sees an
@@ -212,8 +217,5 @@ fn umount_force_of_an_idle_mount_ends_consistently() {
         assert!(log.contains("aborted the FUSE connection"), "{status}: {log}");
     }
     assert!(!is_mounted(fs.path()));
-    fs.check();
-    fs.mount();
-    files_are_there(&fs, 20);
-    fs.unmount();
+    consistent_with_files(&mut fs, 20);
 }

@@ -93,9 +93,10 @@ impl KernelMount {
         Ok((OwnedFd::from(device), mounted))
     }
 
-    /// The connection's number in /sys/fs/fuse/connections (the minor of the device number).
+    /// The connection's number in /sys/fs/fuse/connections: the kernel's dev_t of the mount,
+    /// `major << 20 | minor` (the minor alone, for the anonymous devices FUSE gets).
     pub fn connection(&self) -> Option<u32> {
-        self.identity.map(|i| i.minor)
+        self.identity.map(|i| (i.major << 20) | i.minor)
     }
 
     /// Did this daemon start the unmount (a shutdown signal)?

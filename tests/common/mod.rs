@@ -831,6 +831,17 @@ pub fn mkfs_pair(meta: &Path, data: &Path, p: &dualfs::mkfs::MkfsParams) {
     }
 }
 
+/// Two sparse image files of the given sizes, formatted as a DualFS (META records DATA).
+pub fn make_formatted_pair(meta: &Path, data: &Path, meta_size: u64, data_size: u64) {
+    make_image(meta, meta_size);
+    make_image(data, data_size);
+    let params = dualfs::mkfs::MkfsParams {
+        data_path: data.to_str().unwrap().to_string(),
+        ..Default::default()
+    };
+    mkfs_pair(meta, data, &params);
+}
+
 /// Run the checker on a pair of devices; Err with the report (or the error) unless clean.
 pub fn check_pair(meta: &Path, data: &Path) -> Result<(), String> {
     let m = open_device(meta, true);
