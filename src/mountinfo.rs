@@ -57,7 +57,10 @@ pub fn read() -> io::Result<Vec<MountEntry>> {
 
 /// Parse a whole table; lines that do not parse are skipped.
 pub fn parse(table: &[u8]) -> Vec<MountEntry> {
-    table.split(|&b| b == b'\n').filter_map(parse_line).collect()
+    table
+        .split(|&b| b == b'\n')
+        .filter_map(parse_line)
+        .collect()
 }
 
 /// The topmost mount at exactly `mount_point` (a canonical path), if any.
@@ -150,7 +153,9 @@ mod tests {
 
     #[test]
     fn skips_lines_that_do_not_parse() {
-        assert!(parse(b"garbage\n\n1 2 3\n1 2 x:y / / rw - ext4 a b\n1 2 0:1 / / rw -\n").is_empty());
+        assert!(
+            parse(b"garbage\n\n1 2 3\n1 2 x:y / / rw - ext4 a b\n1 2 0:1 / / rw -\n").is_empty()
+        );
     }
 
     #[test]

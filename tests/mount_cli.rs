@@ -283,9 +283,22 @@ fn wrong_number_of_paths_is_a_usage_error_that_names_what_is_missing() {
     let s = Scratch::new();
     let usage = "Usage: dualfs mount [OPTIONS] <META> [DATA] <MOUNTPOINT>";
     let cases: [(Vec<&Path>, &[&str]); 3] = [
-        (vec![&s.meta], &["required arguments were not provided", "<MOUNTPOINT>"]),
-        (vec![], &["required arguments were not provided", "<META>", "<MOUNTPOINT>"]),
-        (vec![&s.meta, &s.data, &s.mnt, &s.mnt], &["unexpected argument"]),
+        (
+            vec![&s.meta],
+            &["required arguments were not provided", "<MOUNTPOINT>"],
+        ),
+        (
+            vec![],
+            &[
+                "required arguments were not provided",
+                "<META>",
+                "<MOUNTPOINT>",
+            ],
+        ),
+        (
+            vec![&s.meta, &s.data, &s.mnt, &s.mnt],
+            &["unexpected argument"],
+        ),
     ];
     for (paths, expected) in cases {
         let mut args = vec![p("mount")];
@@ -331,13 +344,22 @@ fn the_mount_helper_form() {
         assert!(s.images() == before);
         out
     };
-    assert_one_line_failure(&run(&[&s.meta, &s.mnt, p("-o"), p("rw")]), 1, "not a DualFS device");
+    assert_one_line_failure(
+        &run(&[&s.meta, &s.mnt, p("-o"), p("rw")]),
+        1,
+        "not a DualFS device",
+    );
     assert_one_line_failure(&run(&[&s.meta, &s.mnt, p("-N"), p("1")]), 2, "-N");
     assert_one_line_failure(&run(&[&s.meta, &s.mnt, p("-t"), p("ext4")]), 2, "-t ext4");
     // -f (fake) checks everything and mounts nothing.
     s.write_meta_superblock(1, b"data.img");
     let out = run(&[&s.meta, &s.mnt, p("-f"), p("-o"), p("defaults,nofail")]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(fs::read_dir(&s.mnt).unwrap().next().is_none());
     // Sloppy (-s) warns about unknown options instead of refusing them.
     let out = run(&[&s.meta, &s.mnt, p("-sf"), p("-o"), p("frobnicate")]);

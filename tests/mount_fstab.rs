@@ -37,7 +37,11 @@ impl Images {
             .tempdir()
             .unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let (meta, data, mnt) = (root.join("meta.img"), root.join("data.img"), root.join("mnt"));
+        let (meta, data, mnt) = (
+            root.join("meta.img"),
+            root.join("data.img"),
+            root.join("mnt"),
+        );
         make_formatted_pair(&meta, &data, 64 << 20, 256 << 20);
         fs::create_dir(&mnt).unwrap();
         Images {
@@ -76,7 +80,10 @@ impl Images {
         assert_eq!(fields[2], "fuse.dualfs", "{line}");
         assert_eq!(fields[0], self.meta(), "{line}");
         fs::write(self.mnt.join("hello"), b"mounted by mount(8)").unwrap();
-        assert_eq!(fs::read(self.mnt.join("hello")).unwrap(), b"mounted by mount(8)");
+        assert_eq!(
+            fs::read(self.mnt.join("hello")).unwrap(),
+            b"mounted by mount(8)"
+        );
     }
 
     /// `umount MNT`, wait for the daemon to exit after its final checkpoint (its pid file
@@ -113,7 +120,9 @@ impl Drop for Images {
             return;
         }
         let pid_file = dualfs::run_dir::run_file_path(&self.mnt, "pid");
-        let pid = fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse().ok());
+        let pid = fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
         let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
         if let Some(pid) = pid {
             std::thread::sleep(Duration::from_secs(2));
@@ -256,7 +265,14 @@ fn mount_all_mounts_both_types_and_skips_noauto() {
 fn mount_t_both_types_with_options() {
     let _links = SystemLinks::install();
     let img = Images::new();
-    let out = mount8(&["-t", "fuse.dualfs", img.meta(), img.mnt(), "-o", "noatime,nodev"]);
+    let out = mount8(&[
+        "-t",
+        "fuse.dualfs",
+        img.meta(),
+        img.mnt(),
+        "-o",
+        "noatime,nodev",
+    ]);
     assert_success(&out, "mount -t fuse.dualfs");
     img.assert_mounted();
     img.umount_and_check();
@@ -265,7 +281,10 @@ fn mount_t_both_types_with_options() {
     assert_success(&out, "mount -t dualfs -o ro");
     let e = fs::write(img.mnt.join("new"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
-    assert_eq!(fs::read(img.mnt.join("hello")).unwrap(), b"mounted by mount(8)");
+    assert_eq!(
+        fs::read(img.mnt.join("hello")).unwrap(),
+        b"mounted by mount(8)"
+    );
     img.umount_and_check();
 }
 
@@ -276,9 +295,20 @@ fn mount_refuses_unknown_options_unless_sloppy() {
     let out = mount8(&["-t", "dualfs", img.meta(), img.mnt(), "-o", "frobnicate"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("unknown mount option 'frobnicate'"), "{stderr}");
+    assert!(
+        stderr.contains("unknown mount option 'frobnicate'"),
+        "{stderr}"
+    );
     assert!(!is_mounted(&img.mnt));
-    let out = mount8(&["-s", "-t", "dualfs", img.meta(), img.mnt(), "-o", "frobnicate"]);
+    let out = mount8(&[
+        "-s",
+        "-t",
+        "dualfs",
+        img.meta(),
+        img.mnt(),
+        "-o",
+        "frobnicate",
+    ]);
     assert_success(&out, "mount -s -t dualfs -o frobnicate");
     img.assert_mounted();
     img.umount_and_check();

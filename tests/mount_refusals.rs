@@ -18,7 +18,10 @@ fn one_line_failure(out: &Output, expected: &[&str]) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     let line = stderr.trim_end();
-    assert!(!line.contains('\n') && line.starts_with("dualfs: "), "{stderr:?}");
+    assert!(
+        !line.contains('\n') && line.starts_with("dualfs: "),
+        "{stderr:?}"
+    );
     for e in expected {
         assert!(line.contains(e), "{line:?} should contain {e:?}");
     }
@@ -50,13 +53,30 @@ fn a_mount_point_whose_daemon_died_says_enotconn_and_how_to_clear_it() {
             _ => std::thread::sleep(std::time::Duration::from_millis(5)),
         }
     };
-    let out = dualfs(&[Path::new("mount"), fs.meta_path(), fs.data_path(), fs.path()]);
+    let out = dualfs(&[
+        Path::new("mount"),
+        fs.meta_path(),
+        fs.data_path(),
+        fs.path(),
+    ]);
     let line = one_line_failure(
         &out,
-        &[&dead.to_string().split(" (os error").next().unwrap().to_string(), "dualfs umount"],
+        &[
+            &dead
+                .to_string()
+                .split(" (os error")
+                .next()
+                .unwrap()
+                .to_string(),
+            "dualfs umount",
+        ],
     );
     assert!(line.contains("a DualFS whose daemon died"), "{line}");
-    assert_eq!(mounts_on(fs.path()), 1, "nothing may be mounted over the dead mount");
+    assert_eq!(
+        mounts_on(fs.path()),
+        1,
+        "nothing may be mounted over the dead mount"
+    );
     let out = dualfs(&[Path::new("sync"), fs.path()]);
     one_line_failure(&out, &["cannot sync", "its daemon died", "dualfs umount"]);
     // The way out it names works: the dead mount goes (reported as such), a mount works.
@@ -75,11 +95,17 @@ fn mounting_over_a_mounted_dualfs_is_refused() {
     dualfs_only!();
     let fs = TestFs::new();
     // Another DualFS...
-    let (meta, data) = (fs.scratch().join("other-meta.img"), fs.scratch().join("other-data.img"));
+    let (meta, data) = (
+        fs.scratch().join("other-meta.img"),
+        fs.scratch().join("other-data.img"),
+    );
     make_formatted_pair(&meta, &data, 64 << 20, 256 << 20);
     let out = dualfs(&[Path::new("mount"), &meta, fs.path()]);
     let source = fs.meta_path().display().to_string();
-    one_line_failure(&out, &["is already mounted there", &source, "dualfs umount"]);
+    one_line_failure(
+        &out,
+        &["is already mounted there", &source, "dualfs umount"],
+    );
     // ... or this one again.
     let out = dualfs(&[Path::new("mount"), fs.meta_path(), fs.path()]);
     one_line_failure(&out, &["is already mounted there"]);

@@ -71,7 +71,10 @@ fn assert_abort_reported(fs: &mut TestFs) {
     assert!(!status.success(), "an abort must not exit 0; log:\n{log}");
     assert!(log.contains("aborted the FUSE connection"), "{log}");
     assert!(log.contains("final checkpoint written"), "{log}");
-    assert!(!is_mounted(fs.path()), "the daemon must detach the dead mount");
+    assert!(
+        !is_mounted(fs.path()),
+        "the daemon must detach the dead mount"
+    );
 }
 
 /// After the daemon ended: the checker is clean, and the `n` files mount again intact
@@ -135,7 +138,9 @@ fn plain_unmounts_under_load_end_cleanly() {
         fs.mount();
     }
     fs.unmount();
-    let ended_with_abort_errno = daemon_logs(&fs).matches("the mount is gone: an unmount").count();
+    let ended_with_abort_errno = daemon_logs(&fs)
+        .matches("the mount is gone: an unmount")
+        .count();
     eprintln!(
         "{rounds} unmounts under load: all exited 0 with a clean check; in \
          {ended_with_abort_errno} a reader got ECONNABORTED"
@@ -212,9 +217,15 @@ fn umount_force_of_an_idle_mount_ends_consistently() {
     sys::umount2(fs.path(), libc::MNT_FORCE).unwrap();
     let (status, log) = fs.wait_daemon_exit();
     if status.success() {
-        assert!(log.contains("unmounted; writing the final checkpoint"), "{log}");
+        assert!(
+            log.contains("unmounted; writing the final checkpoint"),
+            "{log}"
+        );
     } else {
-        assert!(log.contains("aborted the FUSE connection"), "{status}: {log}");
+        assert!(
+            log.contains("aborted the FUSE connection"),
+            "{status}: {log}"
+        );
     }
     assert!(!is_mounted(fs.path()));
     consistent_with_files(&mut fs, 20);

@@ -140,7 +140,10 @@ fn dualfs_sync_refuses_what_it_cannot_sync() {
     let out = dualfs(&[Path::new("sync"), &plain]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cannot sync") && stderr.contains("not a mount point"), "{stderr}");
+    assert!(
+        stderr.contains("cannot sync") && stderr.contains("not a mount point"),
+        "{stderr}"
+    );
     let out = dualfs(&[Path::new("sync"), Path::new("/proc")]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a DualFS mount (it is proc)"));
@@ -152,5 +155,9 @@ fn dualfs_sync_refuses_what_it_cannot_sync() {
         .mount_opts(&format!("{DEFAULT_MOUNT_OPTS},ro"))
         .mount();
     let out = dualfs(&[Path::new("sync"), ro.path()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -144,7 +144,11 @@ mod tests {
     fn helper_names() {
         assert!(invoked_as_helper(&os(&["/sbin/mount.dualfs", "a", "b"])));
         assert!(invoked_as_helper(&os(&["mount.fuse.dualfs"])));
-        assert!(!invoked_as_helper(&os(&["/usr/local/bin/dualfs", "a", "b"])));
+        assert!(!invoked_as_helper(&os(&[
+            "/usr/local/bin/dualfs",
+            "a",
+            "b"
+        ])));
         assert!(!invoked_as_helper(&[]));
     }
 

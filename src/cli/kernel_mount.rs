@@ -131,7 +131,10 @@ impl KernelMount {
         let Ok(table) = mountinfo::read() else {
             return false;
         };
-        match (self.ours(&table), mountinfo::topmost_at(&table, &self.mountpoint)) {
+        match (
+            self.ours(&table),
+            mountinfo::topmost_at(&table, &self.mountpoint),
+        ) {
             (Some(ours), Some(top)) => ours == top,
             _ => false,
         }

@@ -8,10 +8,12 @@
 use super::data_path::recorded_data_path;
 use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
-use super::logging::{self, LogTo};
 use super::kernel_mount::{KernelMount, MountRequest};
+use super::logging::{self, LogTo};
 use super::options::{parse_option_lists_as, MountSettings, Strictness};
-use super::pid_file::{is_live_daemon, pid_file_path, read_pid_file, remove_pid_file, write_pid_file};
+use super::pid_file::{
+    is_live_daemon, pid_file_path, read_pid_file, remove_pid_file, write_pid_file,
+};
 use super::ready_pipe::{detach, Detached, Startup};
 use super::shutdown::{block_shutdown_signals, spawn_signal_watcher, Unmounter};
 use super::umount::resolve_mountpoint;
@@ -179,7 +181,9 @@ fn mountpoint_path(path: &Path) -> Result<PathBuf, CliError> {
     })?;
     match std::fs::metadata(&absolute) {
         Ok(m) if m.is_dir() => {}
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(dead_mount_error(path, &e)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(dead_mount_error(path, &e))
+        }
         _ => {
             return Err(CliError::failure(format!(
                 "mount point {} is not a directory",
@@ -315,7 +319,11 @@ fn ending(kernel: &KernelSide, result: std::io::Result<()>) -> Ending {
         KernelSide::Own(mount) => mount.still_mounted(),
         KernelSide::Fusermount => false,
     };
-    let end_errno = result.as_ref().err().filter(|e| is_end_errno(e)).map(describe_io);
+    let end_errno = result
+        .as_ref()
+        .err()
+        .filter(|e| is_end_errno(e))
+        .map(describe_io);
     let ending = decide(result, still_mounted);
     match (&ending, kernel, end_errno) {
         (Ending::Failed(_), KernelSide::Own(mount), _) if still_mounted => {
@@ -383,7 +391,9 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
                 .connection()
                 .map_or("N".to_string(), |n| n.to_string())
         ),
-        (Ending::Aborted, KernelSide::Fusermount) => unreachable!("only our own mount is looked at"),
+        (Ending::Aborted, KernelSide::Fusermount) => {
+            unreachable!("only our own mount is looked at")
+        }
         (Ending::Failed(e), _) => error!(
             "the FUSE session of {mountpoint} failed: {}; writing the final checkpoint",
             describe_io(e)
@@ -576,7 +586,12 @@ mod tests {
         assert!(matches!(decide(Ok(()), true), Ending::Aborted));
         assert!(matches!(decide(aborted(), true), Ending::Aborted));
         assert!(matches!(decide(no_device(), true), Ending::Aborted));
-        let invalid = || Err(Error::new(std::io::ErrorKind::InvalidData, "Invalid request"));
+        let invalid = || {
+            Err(Error::new(
+                std::io::ErrorKind::InvalidData,
+                "Invalid request",
+            ))
+        };
         assert!(matches!(decide(invalid(), false), Ending::Failed(_)));
         assert!(matches!(decide(invalid(), true), Ending::Failed(_)));
     }

@@ -111,8 +111,16 @@ fn is_unknown(settings: &MountSettings, option: &str) -> bool {
 fn is_mount_program_option(key: &str) -> bool {
     matches!(
         key,
-        "auto" | "noauto" | "nofail" | "_netdev" | "user" | "users" | "nouser" | "owner"
-            | "group" | "comment"
+        "auto"
+            | "noauto"
+            | "nofail"
+            | "_netdev"
+            | "user"
+            | "users"
+            | "nouser"
+            | "owner"
+            | "group"
+            | "comment"
     ) || key.starts_with("x-")
 }
 
@@ -522,10 +530,17 @@ mod tests {
         assert_eq!(plain, MountSettings::default());
         // What mount(8) passes a helper for such a line, and what mount.fuse3 passes.
         let s = parse(&["rw,noexec,nosuid,nodev,nofail,_netdev,user"]).unwrap();
-        assert_eq!((s.exec, s.suid, s.dev), (Some(false), Some(false), Some(false)));
-        let s = parse(&["defaults,x-systemd.automount,comment=foo,noexec,rw,suid,dev,exec,dev,suid"])
-            .unwrap();
-        assert_eq!((s.exec, s.suid, s.dev), (Some(true), Some(true), Some(true)));
+        assert_eq!(
+            (s.exec, s.suid, s.dev),
+            (Some(false), Some(false), Some(false))
+        );
+        let s =
+            parse(&["defaults,x-systemd.automount,comment=foo,noexec,rw,suid,dev,exec,dev,suid"])
+                .unwrap();
+        assert_eq!(
+            (s.exec, s.suid, s.dev),
+            (Some(true), Some(true), Some(true))
+        );
     }
 
     #[test]

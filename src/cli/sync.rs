@@ -36,7 +36,8 @@ pub fn run(args: SyncArgs) -> ExitCode {
 }
 
 fn sync(path: &Path) -> Result<(), CliError> {
-    let failure = |what: String| CliError::failure(format!("cannot sync {}: {what}", path.display()));
+    let failure =
+        |what: String| CliError::failure(format!("cannot sync {}: {what}", path.display()));
     let io_failure = |e: std::io::Error| {
         if e.raw_os_error() == Some(libc::ENOTCONN) {
             failure(format!(
@@ -56,7 +57,10 @@ fn sync(path: &Path) -> Result<(), CliError> {
     };
     let daemon = read_pid_file(&pid_file_path(&mountpoint)).filter(|&pid| is_live_daemon(pid));
     if mount.fs_type != DUALFS_FS_TYPE && !(mount.is_fuse() && daemon.is_some()) {
-        return Err(failure(format!("not a DualFS mount (it is {})", mount.fs_type)));
+        return Err(failure(format!(
+            "not a DualFS mount (it is {})",
+            mount.fs_type
+        )));
     }
     if mount.is_read_only() {
         // Nothing is ever written to a read-only mount.

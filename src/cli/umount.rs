@@ -32,7 +32,10 @@ fn umount(path: &Path, timeout: Duration) -> Result<(), CliError> {
     let mountpoint = resolve_mountpoint(path)?;
     // Never unmount anything but a FUSE file system, whatever path is given.
     let table = mountinfo::read();
-    match table.as_ref().map(|t| mountinfo::topmost_at(t, &mountpoint)) {
+    match table
+        .as_ref()
+        .map(|t| mountinfo::topmost_at(t, &mountpoint))
+    {
         Ok(Some(m)) if m.is_fuse() => {}
         Ok(Some(m)) => {
             return Err(CliError::failure(format!(

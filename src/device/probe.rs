@@ -189,7 +189,8 @@ pub fn is_mounted(path: &Path) -> Option<String> {
             .lines()
             .skip(1)
             .filter_map(|l| l.split_whitespace().next());
-        let unescaped = |name: &str| OsString::from_vec(crate::mountinfo::unescape(name.as_bytes()));
+        let unescaped =
+            |name: &str| OsString::from_vec(crate::mountinfo::unescape(name.as_bytes()));
         if names.any(|name| same_storage(Path::new(&unescaped(name)))) {
             return Some("in use as swap space".into());
         }

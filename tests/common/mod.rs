@@ -471,7 +471,11 @@ impl TestFs {
     }
     /// The pid of the running daemon (DualFS only).
     pub fn daemon_pid(&self) -> u32 {
-        self.daemon.as_ref().expect("daemon_pid: no DualFS daemon").child.id()
+        self.daemon
+            .as_ref()
+            .expect("daemon_pid: no DualFS daemon")
+            .child
+            .id()
     }
 
     /// Everything the daemon printed so far (empty on kernel backends).
