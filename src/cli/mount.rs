@@ -245,10 +245,16 @@ fn refuse_stacking(path: &Path, mountpoint: &Path) -> Result<(), CliError> {
 fn check_fuse_device() -> Result<(), CliError> {
     match OpenOptions::new().read(true).write(true).open("/dev/fuse") {
         Ok(_) => Ok(()),
-        Err(e) => Err(CliError::failure(format!(
-            "cannot open /dev/fuse: {} (is the fuse module loaded?)",
-            describe_io(&e)
-        ))),
+        Err(e) => {
+            let hint = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => "only root may use FUSE here",
+                _ => "is the fuse module loaded?",
+            };
+            Err(CliError::failure(format!(
+                "cannot open /dev/fuse: {} ({hint})",
+                describe_io(&e)
+            )))
+        }
     }
 }
 
@@ -382,18 +388,17 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
             info!("{mountpoint} unmounted on a signal; writing the final checkpoint")
         }
         (Ending::Unmounted, _) => info!("{mountpoint} unmounted; writing the final checkpoint"),
-        (Ending::Aborted, KernelSide::Own(mount)) => error!(
+        (Ending::Aborted, _) => error!(
             "the kernel aborted the FUSE connection of {mountpoint} while it was still mounted \
              (a write to /sys/fs/fuse/connections/{}/abort, or `umount -f` of a busy mount): \
              requests in flight failed, and programs using the mount get ENOTCONN; writing \
              the final checkpoint, then detaching the dead mount",
-            mount
-                .connection()
-                .map_or("N".to_string(), |n| n.to_string())
+            match &kernel {
+                KernelSide::Own(mount) => mount.connection().map(|n| n.to_string()),
+                KernelSide::Fusermount => None,
+            }
+            .unwrap_or_else(|| "N".to_string())
         ),
-        (Ending::Aborted, KernelSide::Fusermount) => {
-            unreachable!("only our own mount is looked at")
-        }
         (Ending::Failed(e), _) => error!(
             "the FUSE session of {mountpoint} failed: {}; writing the final checkpoint",
             describe_io(e)
