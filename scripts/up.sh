@@ -5,7 +5,13 @@
 #   sudo scripts/up.sh            # defaults below
 #   DUALFS_DIR=/srv/dualfs DUALFS_MNT=/mnt/x DUALFS_META_SIZE=1G DUALFS_DATA_SIZE=20G sudo -E scripts/up.sh
 #
-# Unmount with: dualfs umount /mnt/dualfs
+# Installs (stripped; the build tree keeps its debug info): dualfs, mkfs-dualfs (and
+# mkfs.dualfs), fsck-dualfs (and fsck.dualfs), dualfs-cleaner under $DUALFS_PREFIX
+# (/usr/local), the mount(8) helper $DUALFS_SBIN/mount.dualfs (/sbin: where mount(8) looks),
+# and Debian's fuse3 if mount.fuse3 is missing (for `mount -t fuse.dualfs`). What it installed
+# is listed in $DUALFS_PREFIX/share/dualfs/installed; scripts/down.sh removes exactly that.
+#
+# Unmount with: dualfs umount /mnt/dualfs      Undo everything: scripts/down.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +20,8 @@ MNT=${DUALFS_MNT:-/mnt/dualfs}
 META_SIZE=${DUALFS_META_SIZE:-512M}
 DATA_SIZE=${DUALFS_DATA_SIZE:-8G}
 PREFIX=${DUALFS_PREFIX:-/usr/local}
+SBIN=${DUALFS_SBIN:-/sbin}
+MANIFEST="$PREFIX/share/dualfs/installed"
 
 if [ "$(id -u)" != 0 ]; then
     echo "up.sh: run as root (mounting and installing need it)" >&2
@@ -21,17 +29,34 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 cargo build --release --workspace --locked
-install -d "$PREFIX/bin" "$PREFIX/sbin"
-install -m 755 target/release/dualfs "$PREFIX/bin/dualfs"
-install -m 755 target/release/mkfs-dualfs "$PREFIX/sbin/mkfs-dualfs"
-ln -sf mkfs-dualfs "$PREFIX/sbin/mkfs.dualfs"
-for tool in fsck-dualfs dualfs-cleaner; do
-    if [ -x "target/release/$tool" ]; then
-        install -m 755 "target/release/$tool" "$PREFIX/sbin/$tool"
-    fi
-done
-if [ -x target/release/fsck-dualfs ]; then
-    ln -sf fsck-dualfs "$PREFIX/sbin/fsck.dualfs"
+install -d "$PREFIX/bin" "$PREFIX/sbin" "$SBIN" "$(dirname "$MANIFEST")"
+# One line per installed file (and per package), added once, so down.sh can undo it.
+record() {
+    touch "$MANIFEST"
+    grep -qxF "$1" "$MANIFEST" || echo "$1" >>"$MANIFEST"
+}
+install_binary() { # NAME DIR
+    install -s -m 755 "target/release/$1" "$2/$1"
+    record "file $2/$1"
+}
+link() { # TARGET LINK
+    ln -sf "$1" "$2"
+    record "file $2"
+}
+
+install_binary dualfs "$PREFIX/bin"
+install_binary mkfs-dualfs "$PREFIX/sbin"
+link mkfs-dualfs "$PREFIX/sbin/mkfs.dualfs"
+install_binary fsck-dualfs "$PREFIX/sbin"
+link fsck-dualfs "$PREFIX/sbin/fsck.dualfs"
+install_binary dualfs-cleaner "$PREFIX/sbin"
+# mount -t dualfs, and fstab lines of type dualfs: mount(8) runs /sbin/mount.dualfs.
+link "$PREFIX/bin/dualfs" "$SBIN/mount.dualfs"
+# mount -t fuse.dualfs, and fstab lines of that type: mount(8) runs mount.fuse3, which
+# runs `dualfs META MNT -o OPTIONS`.
+if ! command -v mount.fuse3 >/dev/null && [ ! -x /sbin/mount.fuse3 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3
+    record "package fuse3"
 fi
 
 mkdir -p "$DIR" "$MNT"
@@ -39,6 +64,7 @@ META="$DIR/meta.img"
 DATA="$DIR/data.img"
 if mountpoint -q "$MNT"; then
     echo "up.sh: $MNT is already a mount point; leaving it as it is"
+    echo "Unmount with: $PREFIX/bin/dualfs umount $MNT    (undo everything: scripts/down.sh)"
     exit 0
 fi
 if [ ! -e "$META" ] || [ ! -e "$DATA" ]; then
@@ -47,3 +73,6 @@ fi
 "$PREFIX/bin/dualfs" mount "$META" "$MNT"
 echo "DualFS mounted at $MNT (metadata $META, data $DATA)"
 df -h "$MNT"
+echo "In /etc/fstab:  $META $MNT dualfs defaults 0 0"
+echo "Unmount with:   dualfs umount $MNT   (or umount $MNT; the daemon then writes its final checkpoint)"
+echo "Undo all this:  scripts/down.sh      (the images in $DIR are kept; --images removes them)"

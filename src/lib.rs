@@ -16,6 +16,7 @@ pub mod fuse;
 pub mod log;
 pub mod meta;
 pub mod mkfs;
+pub mod mountinfo;
 pub mod run_dir;
 
 pub use error::{FsError, Result};

@@ -3,6 +3,7 @@
 mod cli;
 
 use clap::{Parser, Subcommand};
+use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::os::fd::IntoRawFd;
 use std::process::ExitCode;
@@ -15,7 +16,11 @@ use std::process::ExitCode;
     long_about = "DualFS keeps metadata in a log-structured device (META) and file data in \
                   ext2-like block groups on another (DATA), mounted through FUSE.\n\n\
                   Permission checks are done by the kernel: every mount uses \
-                  default_permissions, and DualFS itself trusts the kernel's decision."
+                  default_permissions, and DualFS itself trusts the kernel's decision.\n\n\
+                  mount(8) runs it as `dualfs META MOUNTPOINT -o OPTIONS` (through \
+                  mount.fuse3, type fuse.dualfs), which is `dualfs mount`, and as \
+                  /sbin/mount.dualfs (type dualfs).\n\n\
+                  Exit status of every subcommand: 0 done, 1 failed, 2 bad command line."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,14 +42,27 @@ enum Command {
     /// Exit status: 0 cleanly unmounted, 1 failed (busy, not a mount point, or the daemon
     /// did not finish cleanly), 2 bad command line.
     Umount(cli::umount::UmountArgs),
+    /// Make everything written to a mounted DualFS durable, then return
+    ///
+    /// sync(1) and syncfs(2) do not reach a FUSE file system: on DualFS they make nothing
+    /// durable. This does: it has the kernel write back what it caches for the mount, then
+    /// asks the daemon (through its control socket) for one log commit of everything dirty,
+    /// with the data device flushed first, and returns once that is on the devices. Root and
+    /// the mount owner only. Exit status: 0 durable, 1 failed, 2 bad command line.
+    Sync(cli::sync::SyncArgs),
 }
 
 fn main() -> ExitCode {
     ensure_standard_streams_open();
-    let cli = Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if cli::helper::invoked_as_helper(&args) {
+        return cli::helper::run(args);
+    }
+    let cli = Cli::parse_from(cli::helper::with_mount_word(args));
     match cli.command {
         Command::Mount(args) => cli::mount::run(args),
         Command::Umount(args) => cli::umount::run(args),
+        Command::Sync(args) => cli::sync::run(args),
     }
 }
 

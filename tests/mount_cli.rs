@@ -1,5 +1,6 @@
 //! The `dualfs` program's failure paths: every refusal is one clear line on stderr with exit
-//! code 1 (or 2 for a bad command line), and the images are left byte-for-byte as they were.
+//! code 1 (or 2 for a bad command line, as for mkfs-dualfs and dualfs-cleaner), and the
+//! images are left byte-for-byte as they were.
 
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
@@ -278,18 +279,97 @@ fn malformed_option_values_are_usage_errors() {
 }
 
 #[test]
-fn wrong_number_of_paths_is_a_usage_error() {
+fn wrong_number_of_paths_is_a_usage_error_that_names_what_is_missing() {
     let s = Scratch::new();
-    for paths in [vec![&s.meta], vec![&s.meta, &s.data, &s.mnt, &s.mnt]] {
+    let usage = "Usage: dualfs mount [OPTIONS] <META> [DATA] <MOUNTPOINT>";
+    let cases: [(Vec<&Path>, &[&str]); 3] = [
+        (
+            vec![&s.meta],
+            &["required arguments were not provided", "<MOUNTPOINT>"],
+        ),
+        (
+            vec![],
+            &[
+                "required arguments were not provided",
+                "<META>",
+                "<MOUNTPOINT>",
+            ],
+        ),
+        (
+            vec![&s.meta, &s.data, &s.mnt, &s.mnt],
+            &["unexpected argument"],
+        ),
+    ];
+    for (paths, expected) in cases {
         let mut args = vec![p("mount")];
-        args.extend(paths.iter().map(|p| p.as_path()));
+        args.extend(paths.iter().copied());
         let out = s.dualfs(&args);
         assert_eq!(out.status.code(), Some(2));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.starts_with("error: "), "{stderr}");
+        for e in expected.iter().chain([&usage]) {
+            assert!(stderr.contains(e), "{args:?}: {stderr:?} lacks {e:?}");
+        }
     }
-    let out = s.dualfs(&[p("mount")]);
+}
+
+/// mount.fuse3 runs `dualfs META MOUNTPOINT -o OPTIONS`: that is `dualfs mount`.
+#[test]
+fn the_mount_fuse3_form_is_a_mount() {
+    let s = Scratch::new();
+    let out = s.dualfs(&[&s.meta, &s.mnt, p("-o"), p("rw,dev,suid")]);
+    assert_one_line_failure(&out, 1, "not a DualFS device");
+    let out = s.dualfs(&[&s.meta, &s.mnt, p("-o"), p("frobnicate")]);
+    assert_one_line_failure(&out, 2, "unknown mount option 'frobnicate'");
+    // A mistyped subcommand is still clap's business.
+    let out = s.dualfs(&[p("mout")]);
     assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unrecognized subcommand 'mout'"));
+}
+
+/// `/sbin/mount.dualfs META MOUNTPOINT [-sfnv] [-N NS] [-o OPTIONS] [-t TYPE]`, as mount(8)
+/// runs it (the program named mount.dualfs).
+#[test]
+fn the_mount_helper_form() {
+    let s = Scratch::new();
+    let helper = s.root.join("mount.dualfs");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_dualfs"), &helper).unwrap();
+    let run = |args: &[&Path]| {
+        let before = s.images();
+        let out = Command::new(&helper)
+            .args(args)
+            .current_dir(&s.root)
+            .output()
+            .unwrap();
+        assert!(s.images() == before);
+        out
+    };
+    assert_one_line_failure(
+        &run(&[&s.meta, &s.mnt, p("-o"), p("rw")]),
+        1,
+        "not a DualFS device",
+    );
+    assert_one_line_failure(&run(&[&s.meta, &s.mnt, p("-N"), p("1")]), 2, "-N");
+    assert_one_line_failure(&run(&[&s.meta, &s.mnt, p("-t"), p("ext4")]), 2, "-t ext4");
+    // -f (fake) checks everything and mounts nothing.
+    s.write_meta_superblock(1, b"data.img");
+    let out = run(&[&s.meta, &s.mnt, p("-f"), p("-o"), p("defaults,nofail")]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(fs::read_dir(&s.mnt).unwrap().next().is_none());
+    // Sloppy (-s) warns about unknown options instead of refusing them.
+    let out = run(&[&s.meta, &s.mnt, p("-sf"), p("-o"), p("frobnicate")]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("frobnicate"));
+    let out = run(&[&s.meta, &s.mnt, p("-f"), p("-o"), p("frobnicate")]);
+    assert_one_line_failure(&out, 2, "unknown mount option 'frobnicate'");
+    let out = run(&[&s.meta]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("<MOUNTPOINT>"));
 }
 
 #[test]

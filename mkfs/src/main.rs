@@ -86,21 +86,31 @@ struct Cli {
     dry_run: bool,
 }
 
+/// Exit status of a bad command line (clap's, and that of every DualFS program but fsck,
+/// which keeps e2fsck's 16). Every other failure is 1, as mkfs(8) has it.
+const USAGE_ERROR: u8 = 2;
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    // mkfs(8) documents exit status 1 for every failure, usage errors included.
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::FAILURE
+                ExitCode::from(USAGE_ERROR)
             } else {
                 ExitCode::SUCCESS
             };
         }
     };
-    match run(&cli) {
+    let params = match parameters(&cli) {
+        Ok(params) => params,
+        Err(message) => {
+            eprintln!("mkfs-dualfs: {message}");
+            return ExitCode::from(USAGE_ERROR);
+        }
+    };
+    match run(&cli, params) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("mkfs-dualfs: {message}");
@@ -109,8 +119,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> Result<(), String> {
-    let mut params = parameters(cli)?;
+fn run(cli: &Cli, mut params: MkfsParams) -> Result<(), String> {
     let meta = Target::inspect(
         "metadata",
         &cli.meta,

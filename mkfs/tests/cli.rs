@@ -27,10 +27,21 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Exit status 1 with `needle` in the message.
+/// Exit status 1 (a refusal) with `needle` in the message.
 #[track_caller]
 fn assert_refused(out: &Output, needle: &str) {
-    assert_eq!(out.status.code(), Some(1), "stderr: {}", stderr(out));
+    assert_exit(out, 1, needle);
+}
+
+/// Exit status 2 (a bad command line) with `needle` in the message.
+#[track_caller]
+fn assert_usage_error(out: &Output, needle: &str) {
+    assert_exit(out, 2, needle);
+}
+
+#[track_caller]
+fn assert_exit(out: &Output, code: i32, needle: &str) {
+    assert_eq!(out.status.code(), Some(code), "stderr: {}", stderr(out));
     assert!(
         stderr(out).contains(needle),
         "expected '{needle}' in: {}",
@@ -88,9 +99,9 @@ fn help_and_version() {
 }
 
 #[test]
-fn usage_errors_exit_with_status_1() {
-    assert_refused(&mkfs(&[]), "required");
-    assert_refused(
+fn usage_errors_exit_with_status_2() {
+    assert_usage_error(&mkfs(&[]), "required");
+    assert_usage_error(
         &mkfs(&[&"a", &"b", &"--no-such-option"]),
         "--no-such-option",
     );
@@ -115,7 +126,7 @@ fn bad_sizes_are_refused_and_nothing_is_created() {
             &meta,
             &data,
         ]);
-        assert_refused(&out, why);
+        assert_usage_error(&out, why);
     }
     let out = mkfs(&[
         &"--size-meta",
@@ -125,7 +136,7 @@ fn bad_sizes_are_refused_and_nothing_is_created() {
         &meta,
         &data,
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
@@ -163,7 +174,7 @@ fn bad_options_are_refused_and_nothing_is_created() {
             &meta,
             &data,
         ]);
-        assert_refused(&mkfs(&args), why);
+        assert_usage_error(&mkfs(&args), why);
     }
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
 }

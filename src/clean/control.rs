@@ -16,6 +16,8 @@
 //! <- {"result":"status","segments":192,"clean":40,...}
 //! -> {"op":"clean_pass","policy":"cost-benefit","max_segments":4}
 //! <- {"result":"cleaned","cleaned":[17,52],"refused":[],...}
+//! -> {"op":"sync"}
+//! <- {"result":"synced"}
 //! ```
 
 use super::{CleanerCounters, Policy, ThresholdUpdate, Thresholds};
@@ -59,6 +61,9 @@ pub enum Request {
     SetThresholds {
         update: ThresholdUpdate,
     },
+    /// Make everything written before this request durable (`dualfs sync`): one log commit
+    /// of everything dirty, with the data device flushed before it. Answered `synced`.
+    Sync,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,6 +78,7 @@ pub enum Response {
     Usage(UsageTable),
     Cleaned(PassReport),
     Thresholds(Thresholds),
+    Synced,
     Error {
         errno: i32,
         message: String,
@@ -277,6 +283,14 @@ impl Client {
         }
     }
 
+    /// Everything written to the mount before this call is durable when it returns Ok.
+    pub fn sync(&mut self) -> io::Result<()> {
+        match self.call_ok(&Request::Sync)? {
+            Response::Synced => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     pub fn hello(&mut self, client: &str, takeover: bool) -> io::Result<(u32, u32)> {
         match self.call_ok(&Request::Hello {
             client: client.into(),
@@ -314,6 +328,8 @@ mod tests {
         assert_eq!(back, r);
         let s: Request = serde_json::from_str("{\"op\":\"status\"}").unwrap();
         assert_eq!(s, Request::Status);
+        assert_eq!(encode_line(&Request::Sync), b"{\"op\":\"sync\"}\n");
+        assert_eq!(encode_line(&Response::Synced), b"{\"result\":\"synced\"}\n");
         let e = Response::Error {
             errno: 1,
             message: "no".into(),

@@ -294,6 +294,10 @@ pub fn handle(fs: &Fs, req: Request) -> Response {
             max_segments,
         } => cleaned(fs.clean_pass(policy, max_segments.min(segments) as usize)),
         Request::GetThresholds => Response::Thresholds(fs.thresholds()),
+        Request::Sync => match fs.commit() {
+            Ok(()) => Response::Synced,
+            Err(e) => error(e),
+        },
         Request::SetThresholds { update } => match fs.set_thresholds(&update) {
             Ok(t) => Response::Thresholds(t),
             Err(message) => Response::Error {

@@ -3,11 +3,13 @@
 pub mod data_path;
 pub mod device;
 pub mod error;
+pub mod helper;
+pub mod kernel_mount;
 pub mod logging;
 pub mod mount;
-pub mod mountinfo;
 pub mod options;
 pub mod pid_file;
 pub mod ready_pipe;
 pub mod shutdown;
+pub mod sync;
 pub mod umount;

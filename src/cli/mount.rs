@@ -8,16 +8,21 @@
 use super::data_path::recorded_data_path;
 use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
+use super::kernel_mount::{KernelMount, MountRequest};
 use super::logging::{self, LogTo};
-use super::options::{parse_option_lists, MountSettings};
-use super::pid_file::{pid_file_path, remove_pid_file, write_pid_file};
+use super::options::{parse_option_lists_as, MountSettings, Strictness};
+use super::pid_file::{
+    is_live_daemon, pid_file_path, read_pid_file, remove_pid_file, write_pid_file,
+};
 use super::ready_pipe::{detach, Detached, Startup};
-use super::shutdown::{block_shutdown_signals, spawn_signal_watcher};
+use super::shutdown::{block_shutdown_signals, spawn_signal_watcher, Unmounter};
+use super::umount::resolve_mountpoint;
 use dualfs::clean::control::socket_path;
 use dualfs::clean::server::ControlServer;
 use dualfs::fs::Fs;
 use dualfs::fuse::DualFuse;
-use fuser::Session;
+use dualfs::mountinfo::{self, DUALFS_FS_TYPE};
+use fuser::{Session, SessionACL};
 use log::{error, info, warn};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -31,10 +36,16 @@ use std::sync::Arc;
     after_help = super::options::OPTIONS_HELP
 )]
 pub struct MountArgs {
-    /// META [DATA] MOUNTPOINT: the metadata device, the data device (default: the path
-    /// recorded in META by mkfs) and the directory to mount on
-    #[arg(value_name = "PATH", num_args = 2..=3, required = true)]
-    pub paths: Vec<PathBuf>,
+    /// The metadata device (image file or block device)
+    #[arg(value_name = "META")]
+    pub meta: PathBuf,
+    /// The directory to mount on. Given three paths, META DATA MOUNTPOINT: DATA is the data
+    /// device (default: the path recorded in META by mkfs)
+    #[arg(value_name = "MOUNTPOINT")]
+    pub data_or_mountpoint: PathBuf,
+    /// The directory to mount on, when DATA is given before it
+    #[arg(value_name = "MOUNTPOINT", hide = true)]
+    pub mountpoint: Option<PathBuf>,
     /// Mount options, comma separated (see below)
     #[arg(short = 'o', value_name = "OPT[,OPT...]")]
     pub options: Vec<String>,
@@ -48,6 +59,12 @@ pub struct MountArgs {
     /// goes to stderr)
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
+    /// Unknown `-o` options: refused, or ignored (mount(8)'s `-s`).
+    #[arg(skip)]
+    pub strictness: Strictness,
+    /// Check everything, mount nothing (mount(8)'s `-f`).
+    #[arg(skip)]
+    pub fake: bool,
 }
 
 /// What to mount where, every path checked and absolute (the daemon changes to "/").
@@ -68,6 +85,10 @@ pub fn run(args: MountArgs) -> ExitCode {
             return e.exit_code();
         }
     };
+    if args.fake {
+        // mount(8)'s -f: everything is checked, nothing is mounted.
+        return ExitCode::SUCCESS;
+    }
     if args.foreground {
         logging::init(log_file.map_or(LogTo::Stderr, LogTo::File));
         return serve(plan, Startup::Foreground);
@@ -84,13 +105,12 @@ pub fn run(args: MountArgs) -> ExitCode {
 }
 
 fn plan(args: &MountArgs) -> Result<MountPlan, CliError> {
-    let settings = parse_option_lists(&args.options)?;
-    let (meta, data, mountpoint) = match args.paths.as_slice() {
-        [meta, mountpoint] => (meta, None, mountpoint),
-        [meta, data, mountpoint] => (meta, Some(data), mountpoint),
-        _ => return Err(CliError::usage("expected META [DATA] MOUNTPOINT")),
+    let settings = parse_option_lists_as(&args.options, args.strictness)?;
+    let (data, mountpoint) = match &args.mountpoint {
+        None => (None, &args.data_or_mountpoint),
+        Some(mountpoint) => (Some(&args.data_or_mountpoint), mountpoint),
     };
-    let meta = device_path(meta)?;
+    let meta = device_path(&args.meta)?;
     let data = match data {
         Some(data) => device_path(data)?,
         None => {
@@ -150,28 +170,91 @@ fn same_file(a: &Path, b: &Path) -> bool {
 
 fn mountpoint_path(path: &Path) -> Result<PathBuf, CliError> {
     let absolute = std::fs::canonicalize(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            return dead_mount_error(path, &e);
+        }
         CliError::failure(format!(
             "mount point {}: {}",
             path.display(),
             describe_io(&e)
         ))
     })?;
-    if !absolute.is_dir() {
+    match std::fs::metadata(&absolute) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(dead_mount_error(path, &e))
+        }
+        _ => {
+            return Err(CliError::failure(format!(
+                "mount point {} is not a directory",
+                path.display()
+            )))
+        }
+    }
+    refuse_stacking(path, &absolute)?;
+    Ok(absolute)
+}
+
+/// A FUSE file system whose daemon died is still mounted on `path` (ENOTCONN).
+fn dead_mount_error(path: &Path, err: &std::io::Error) -> CliError {
+    let what = resolve_mountpoint(path)
+        .ok()
+        .and_then(|mountpoint| {
+            let table = mountinfo::read().ok()?;
+            mountinfo::topmost_at(&table, &mountpoint).map(|m| m.fs_type.clone())
+        })
+        .map_or("a FUSE file system".to_string(), |fs_type| {
+            if fs_type == DUALFS_FS_TYPE {
+                "a DualFS".to_string()
+            } else {
+                format!("a file system of type {fs_type}")
+            }
+        });
+    CliError::failure(format!(
+        "mount point {}: {} ({what} whose daemon died is still mounted there; `dualfs umount \
+         {}` takes it away)",
+        path.display(),
+        describe_io(err),
+        path.display()
+    ))
+}
+
+/// Mounting over a DualFS would hide it, and one `dualfs umount` would then take both away:
+/// refuse, whichever file system that DualFS is. A DualFS is a mount of our kernel type, or
+/// any FUSE mount whose daemon is a live DualFS process (older versions mounted as `fuse`).
+fn refuse_stacking(path: &Path, mountpoint: &Path) -> Result<(), CliError> {
+    let Ok(table) = mountinfo::read() else {
+        return Ok(());
+    };
+    let Some(top) = mountinfo::topmost_at(&table, mountpoint) else {
+        return Ok(());
+    };
+    let daemon = read_pid_file(&pid_file_path(mountpoint)).filter(|&pid| is_live_daemon(pid));
+    if top.fs_type == DUALFS_FS_TYPE || (top.is_fuse() && daemon.is_some()) {
         return Err(CliError::failure(format!(
-            "mount point {} is not a directory",
+            "mount point {}: a DualFS ({}) is already mounted there; unmount it first \
+             (`dualfs umount {}`)",
+            path.display(),
+            top.source,
             path.display()
         )));
     }
-    Ok(absolute)
+    Ok(())
 }
 
 fn check_fuse_device() -> Result<(), CliError> {
     match OpenOptions::new().read(true).write(true).open("/dev/fuse") {
         Ok(_) => Ok(()),
-        Err(e) => Err(CliError::failure(format!(
-            "cannot open /dev/fuse: {} (is the fuse module loaded?)",
-            describe_io(&e)
-        ))),
+        Err(e) => {
+            let hint = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => "only root may use FUSE here",
+                _ => "is the fuse module loaded?",
+            };
+            Err(CliError::failure(format!(
+                "cannot open /dev/fuse: {} ({hint})",
+                describe_io(&e)
+            )))
+        }
     }
 }
 
@@ -191,9 +274,84 @@ fn open_log(args: &MountArgs) -> Result<Option<File>, CliError> {
 struct Mounted {
     fs: Arc<Fs>,
     session: Session<DualFuse>,
+    kernel: KernelSide,
     pid_file: Option<PathBuf>,
-    /// The control socket `dualfs-cleaner` talks to (none on a read-only mount).
+    /// The control socket `dualfs-cleaner` and `dualfs sync` talk to (none on a read-only
+    /// mount).
     control: Option<ControlServer>,
+}
+
+/// Who made the kernel's mount, and so who unmounts it and what is known when it ends.
+enum KernelSide {
+    /// Our own mount(2) (root): we unmount, and can look at the mount when the session ends.
+    Own(Arc<KernelMount>),
+    /// fusermount, through fuser (not root): fuser unmounts as its session loop returns.
+    Fusermount,
+}
+
+/// How the session ended, decided from facts (docs/DESIGN.md, "The mount and how a session ends").
+#[derive(Debug)]
+enum Ending {
+    /// The file system was unmounted: the kernel ended the connection because the mount is
+    /// gone. A clean end.
+    Unmounted,
+    /// The kernel aborted the connection under a mount that is still there
+    /// (/sys/fs/fuse/connections/N/abort, `umount -f` of a busy mount).
+    Aborted,
+    /// The session loop failed by itself.
+    Failed(std::io::Error),
+}
+
+/// The decision, from the two facts: how the session loop returned, and whether our mount
+/// is still in the table (always "no" when fusermount mounted it: then it cannot be seen).
+fn decide(result: std::io::Result<()>, still_mounted: bool) -> Ending {
+    match result {
+        Err(e) if !is_end_errno(&e) => Ending::Failed(e),
+        _ if still_mounted => Ending::Aborted,
+        _ => Ending::Unmounted,
+    }
+}
+
+/// How the kernel ends a connection for a reader: ENODEV for a reader that was waiting;
+/// ECONNABORTED for one caught between taking a request and queueing it for its reply
+/// (fs/fuse/dev.c, `fuse_dev_do_read`), and for every reader after an abort when
+/// FUSE_ABORT_ERROR was negotiated. Either can come with an unmount or with an abort.
+fn is_end_errno(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED))
+}
+
+fn ending(kernel: &KernelSide, result: std::io::Result<()>) -> Ending {
+    let still_mounted = match kernel {
+        KernelSide::Own(mount) => mount.still_mounted(),
+        KernelSide::Fusermount => false,
+    };
+    let end_errno = result
+        .as_ref()
+        .err()
+        .filter(|e| is_end_errno(e))
+        .map(describe_io);
+    let ending = decide(result, still_mounted);
+    match (&ending, kernel, end_errno) {
+        (Ending::Failed(_), KernelSide::Own(mount), _) if still_mounted => {
+            // Stop what is left of the session: the mount must not stay served by a
+            // half-dead daemon while the final checkpoint is written.
+            if let Err(e) = mount.abort_connection() {
+                warn!("cannot abort the FUSE connection: {}", describe_io(&e));
+            }
+        }
+        // A reader had taken a request (an asynchronous RELEASE of a file closed just
+        // before the unmount, say) when the kernel ended the connection.
+        (Ending::Unmounted, KernelSide::Own(_), Some(errno)) => info!(
+            "the FUSE session ended with \"{errno}\" and the mount is gone: an unmount (a \
+             request was being taken when the kernel ended the connection)"
+        ),
+        (Ending::Unmounted, KernelSide::Fusermount, Some(errno)) => warn!(
+            "the FUSE session ended with \"{errno}\"; mounted through fusermount, the daemon \
+             cannot tell an unmount from an abort, and takes it for an unmount"
+        ),
+        _ => {}
+    }
+    ending
 }
 
 /// Mount, serve until unmounted, write the final checkpoint. Runs in the daemon (or the
@@ -217,34 +375,66 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
     let Mounted {
         fs,
         session,
+        kernel,
         pid_file,
         mut control,
     } = mounted;
-    // Returns on an external umount, on our own (signals), or if the session fails.
-    let session_result = session.run();
-    if let Err(e) = &session_result {
-        error!("the FUSE session failed: {e}");
+    // Returns when the kernel ends the connection: an unmount (external or ours), an abort.
+    let result = session.run();
+    let ending = ending(&kernel, result);
+    let mountpoint = plan.mountpoint.display();
+    match (&ending, &kernel) {
+        (Ending::Unmounted, KernelSide::Own(mount)) if mount.own_unmount_started() => {
+            info!("{mountpoint} unmounted on a signal; writing the final checkpoint")
+        }
+        (Ending::Unmounted, _) => info!("{mountpoint} unmounted; writing the final checkpoint"),
+        (Ending::Aborted, _) => error!(
+            "the kernel aborted the FUSE connection of {mountpoint} while it was still mounted \
+             (a write to /sys/fs/fuse/connections/{}/abort, or `umount -f` of a busy mount): \
+             requests in flight failed, and programs using the mount get ENOTCONN; writing \
+             the final checkpoint, then detaching the dead mount",
+            match &kernel {
+                KernelSide::Own(mount) => mount.connection().map(|n| n.to_string()),
+                KernelSide::Fusermount => None,
+            }
+            .unwrap_or_else(|| "N".to_string())
+        ),
+        (Ending::Failed(e), _) => error!(
+            "the FUSE session of {mountpoint} failed: {}; writing the final checkpoint",
+            describe_io(e)
+        ),
     }
-    info!(
-        "{} unmounted; writing the final checkpoint",
-        plan.mountpoint.display()
-    );
-    // No cleaning request may run into the final checkpoint.
+    // No cleaning or sync request may run into the final checkpoint.
     if let Some(c) = control.as_mut() {
         c.stop();
     }
-    match fs.unmount() {
+    let unmounted = fs.unmount();
+    // The devices' locks go with the last reference: free the images for the next mount or
+    // mkfs before anything else.
+    drop(fs);
+    if let (Ending::Aborted | Ending::Failed(_), KernelSide::Own(mount)) = (&ending, &kernel) {
+        mount.detach_dead_mount();
+    }
+    match unmounted {
         Ok(()) => {
             if let Some(pid_file) = &pid_file {
                 if let Err(e) = remove_pid_file(pid_file) {
                     warn!("cannot remove {}: {}", pid_file.display(), describe_io(&e));
                 }
             }
-            info!("clean unmount of {}", plan.meta.display());
-            if session_result.is_ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
+            match ending {
+                Ending::Unmounted => {
+                    info!("clean unmount of {}", plan.meta.display());
+                    ExitCode::SUCCESS
+                }
+                Ending::Aborted | Ending::Failed(_) => {
+                    error!(
+                        "{} is consistent (final checkpoint written); exiting with status 1 \
+                         because the session did not end by an unmount",
+                        plan.meta.display()
+                    );
+                    ExitCode::from(1)
+                }
             }
         }
         Err(e) => {
@@ -280,16 +470,13 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     config.acl = plan.settings.session_acl();
     config.n_threads = Some(plan.threads);
     config.clone_fd = true;
-    // Returns once the kernel finished the INIT handshake: the mount is usable.
-    let mut session = Session::new(adapter, &plan.mountpoint, &config).map_err(|e| {
-        format!(
-            "cannot mount on {}: {}",
-            plan.mountpoint.display(),
-            describe_io(&e)
-        )
-    })?;
+    let (mut session, kernel) = start_session(plan, adapter, config)?;
 
-    spawn_signal_watcher(session.unmount_callable(), plan.mountpoint.clone())
+    let unmounter = match &kernel {
+        KernelSide::Own(mount) => Unmounter::Own(mount.clone()),
+        KernelSide::Fusermount => Unmounter::Fuser(session.unmount_callable()),
+    };
+    spawn_signal_watcher(unmounter, plan.mountpoint.clone())
         .map_err(|e| format!("cannot start the signal thread: {}", describe_io(&e)))?;
 
     let pid_file = pid_file_path(&plan.mountpoint);
@@ -314,8 +501,8 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
             Ok(c) => Some(c),
             Err(e) => {
                 warn!(
-                    "cannot create the control socket {} ({}): no cleaner daemon can attach; \
-                     the mount cleans by itself",
+                    "cannot create the control socket {} ({}): no cleaner daemon can attach \
+                     and `dualfs sync` cannot reach this mount; the mount cleans by itself",
                     path.display(),
                     describe_io(&e)
                 );
@@ -326,9 +513,56 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     Ok(Mounted {
         fs,
         session,
+        kernel,
         pid_file,
         control,
     })
+}
+
+/// Mount the FUSE connection and finish the INIT handshake: our own mount(2) when this
+/// process may mount, fusermount (through fuser) when mount(2) says EPERM.
+fn start_session(
+    plan: &MountPlan,
+    adapter: DualFuse,
+    config: fuser::Config,
+) -> Result<(Session<DualFuse>, KernelSide), String> {
+    let mount_failed = |e: &std::io::Error| {
+        format!(
+            "cannot mount on {}: {}",
+            plan.mountpoint.display(),
+            describe_io(e)
+        )
+    };
+    let fs_type = plan.settings.fs_type();
+    let source = plan.settings.source(&plan.meta);
+    let request = MountRequest {
+        mountpoint: &plan.mountpoint,
+        fs_type: &fs_type,
+        source: &source,
+        flags: plan.settings.kernel_flags(),
+        allow_other: config.acl != SessionACL::Owner,
+    };
+    match KernelMount::mount(&request) {
+        Ok((fd, mount)) => {
+            let acl = config.acl;
+            // Returns once the kernel finished the INIT handshake: the mount is usable.
+            match Session::from_fd(adapter, fd, acl, config) {
+                Ok(session) => Ok((session, KernelSide::Own(Arc::new(mount)))),
+                Err(e) => {
+                    mount.detach_dead_mount();
+                    Err(mount_failed(&e))
+                }
+            }
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            info!("mount(2) is not allowed to this user: mounting through fusermount");
+            // Returns once the kernel finished the INIT handshake: the mount is usable.
+            let session =
+                Session::new(adapter, &plan.mountpoint, &config).map_err(|e| mount_failed(&e))?;
+            Ok((session, KernelSide::Fusermount))
+        }
+        Err(e) => Err(mount_failed(&e)),
+    }
 }
 
 fn device_error(path: &Path, err: &std::io::Error) -> String {
@@ -339,5 +573,31 @@ fn device_error(path: &Path, err: &std::io::Error) -> String {
         )
     } else {
         format!("cannot open {}: {}", path.display(), describe_io(err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Error;
+
+    #[test]
+    fn the_mount_decides_not_the_errno() {
+        let aborted = || Err(Error::from_raw_os_error(libc::ECONNABORTED));
+        let no_device = || Err(Error::from_raw_os_error(libc::ENODEV));
+        assert!(matches!(decide(Ok(()), false), Ending::Unmounted));
+        assert!(matches!(decide(aborted(), false), Ending::Unmounted));
+        assert!(matches!(decide(no_device(), false), Ending::Unmounted));
+        assert!(matches!(decide(Ok(()), true), Ending::Aborted));
+        assert!(matches!(decide(aborted(), true), Ending::Aborted));
+        assert!(matches!(decide(no_device(), true), Ending::Aborted));
+        let invalid = || {
+            Err(Error::new(
+                std::io::ErrorKind::InvalidData,
+                "Invalid request",
+            ))
+        };
+        assert!(matches!(decide(invalid(), false), Ending::Failed(_)));
+        assert!(matches!(decide(invalid(), true), Ending::Failed(_)));
     }
 }

@@ -6,6 +6,7 @@ use super::error::CliError;
 use dualfs::fs::MountOptions;
 use dualfs::fuse::FuseConfig;
 use fuser::{MountOption, SessionACL};
+use nix::mount::MsFlags;
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ pub struct MountSettings {
     pub checkpoint_interval: Option<Duration>,
     pub writeback_cache: bool,
     pub ttl: Option<Duration>,
+    /// Options that only mean something to mount(8), fstab or systemd, accepted and ignored.
+    pub ignored: Vec<String>,
 }
 
 /// Who besides the mounting user may use the mount.
@@ -46,24 +49,79 @@ Mount options (-o OPT[,OPT...], may be repeated; later options win):
   allow_other, allow_root    let every user, or root too, use the mount
   default_permissions        always on: the kernel checks permissions, DualFS does not
   dev, nodev, suid, nosuid   device files and set-id bits (off unless asked for)
-  exec, noexec, atime, noatime, sync, async, dirsync
+  exec, noexec, atime, noatime, sync, async
+  dirsync                    every directory change (create, mkdir, mknod, symlink, link,
+                             unlink, rmdir, rename) is durable when it returns; sync implies it
   fsname=NAME                source shown in /proc/mounts (default: the META path)
   subtype=NAME               file system subtype (default: dualfs)
   cache_size=SIZE            metadata cache budget, e.g. 512M or 2G (default 256M)
   flush_interval=SECONDS     how often dirty metadata is written to the log (default 5)
   checkpoint_interval=SECONDS  how often a checkpoint is written (default 30)
   writeback_cache            let the kernel cache writes (default off)
-  ttl=SECONDS                how long the kernel caches names and attributes (default 3600)";
+  ttl=SECONDS                how long the kernel caches names and attributes (default 3600)
+  defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, group, comment=...,
+  x-*                        for mount(8), fstab and systemd: accepted, ignored by DualFS";
+
+/// What to do with an option DualFS does not know.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strictness {
+    /// A usage error.
+    #[default]
+    Strict,
+    /// Warn and go on (mount(8)'s `-s`, "sloppy").
+    Sloppy,
+}
 
 /// Parse every `-o` argument, in order.
-pub fn parse_option_lists<S: AsRef<str>>(lists: &[S]) -> Result<MountSettings, CliError> {
+pub fn parse_option_lists_as<S: AsRef<str>>(
+    lists: &[S],
+    strictness: Strictness,
+) -> Result<MountSettings, CliError> {
     let mut settings = MountSettings::default();
     for list in lists {
         for option in list.as_ref().split(',').filter(|o| !o.is_empty()) {
-            apply_option(&mut settings, option)?;
+            match apply_option(&mut settings, option) {
+                Err(CliError::Usage(message))
+                    if strictness == Strictness::Sloppy && is_unknown(&settings, option) =>
+                {
+                    eprintln!("dualfs: {message}: ignored (sloppy mount, -s)");
+                    settings.ignored.push(option.to_string());
+                }
+                other => other?,
+            }
         }
     }
     Ok(settings)
+}
+
+/// Is `option` one DualFS does not know at all (rather than one given a bad value)?
+fn is_unknown(settings: &MountSettings, option: &str) -> bool {
+    let key = option.split_once('=').map_or(option, |(k, _)| k);
+    let mut probe = settings.clone();
+    matches!(
+        apply_option(&mut probe, key),
+        Err(CliError::Usage(m)) if m.starts_with("unknown mount option")
+    )
+}
+
+/// Options for mount(8), fstab and systemd rather than for the file system: `auto`/`noauto`
+/// (mounted by `mount -a`), `nofail`, `_netdev` (boot ordering), `user`, `users`, `nouser`,
+/// `owner`, `group` (who may mount; mount(8) checks them), `comment=` and `x-*` (notes for
+/// other programs, `x-systemd.*`). mount(8) and mount.fuse3 strip some of them, not all.
+fn is_mount_program_option(key: &str) -> bool {
+    matches!(
+        key,
+        "auto"
+            | "noauto"
+            | "nofail"
+            | "_netdev"
+            | "user"
+            | "users"
+            | "nouser"
+            | "owner"
+            | "group"
+            | "comment"
+    ) || key.starts_with("x-")
 }
 
 fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
@@ -97,6 +155,7 @@ fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
         }
         // Always on; accepted so that the usual option lists work.
         "default_permissions" | "defaults" => no_value(key, value)?,
+        key if is_mount_program_option(key) => s.ignored.push(option.to_string()),
         "dev" => flag(&mut s.dev, true)?,
         "nodev" => flag(&mut s.dev, false)?,
         "suid" => flag(&mut s.suid, true)?,
@@ -211,13 +270,44 @@ pub fn parse_seconds(text: &str) -> Result<Duration, String> {
 }
 
 impl MountSettings {
+    /// The kernel type of the mount: `fuse.<subtype>`, `fuse.dualfs` by default.
+    pub fn fs_type(&self) -> String {
+        format!("fuse.{}", self.subtype.as_deref().unwrap_or("dualfs"))
+    }
+
+    /// The source /proc/mounts shows: `fsname=`, else the metadata device.
+    pub fn source(&self, meta: &Path) -> String {
+        match &self.fsname {
+            Some(name) => name.clone(),
+            None => meta.display().to_string(),
+        }
+    }
+
+    /// mount(2) flags for the daemon's own mount. Device files and set-id bits are off
+    /// unless asked for (`dev`, `suid`), as for every FUSE mount.
+    pub fn kernel_flags(&self) -> MsFlags {
+        let mut flags = MsFlags::empty();
+        let toggles = [
+            (self.dev != Some(true), MsFlags::MS_NODEV),
+            (self.suid != Some(true), MsFlags::MS_NOSUID),
+            (self.exec == Some(false), MsFlags::MS_NOEXEC),
+            (self.atime == Some(false), MsFlags::MS_NOATIME),
+            (self.sync == Some(true), MsFlags::MS_SYNCHRONOUS),
+            (self.dirsync, MsFlags::MS_DIRSYNC),
+            (self.read_only, MsFlags::MS_RDONLY),
+        ];
+        for (on, flag) in toggles {
+            if on {
+                flags |= flag;
+            }
+        }
+        flags
+    }
+
     /// fuser's mount options. `default_permissions` is always on: the core leaves
     /// permission checks to the kernel.
     pub fn fuse_mount_options(&self, meta: &Path) -> Vec<MountOption> {
-        let fsname = match &self.fsname {
-            Some(name) => name.clone(),
-            None => meta.display().to_string(),
-        };
+        let fsname = self.source(meta);
         let subtype = self.subtype.clone().unwrap_or_else(|| "dualfs".into());
         let mut options = vec![
             MountOption::DefaultPermissions,
@@ -268,6 +358,8 @@ impl MountSettings {
                 .checkpoint_interval
                 .unwrap_or(defaults.checkpoint_interval),
             noatime: self.atime == Some(false),
+            // `sync` makes directory changes synchronous too, as on Linux (IS_DIRSYNC).
+            dirsync: self.dirsync || self.sync == Some(true),
             ..defaults
         }
     }
@@ -287,7 +379,7 @@ mod tests {
     use super::*;
 
     fn parse(lists: &[&str]) -> Result<MountSettings, CliError> {
-        parse_option_lists(lists)
+        parse_option_lists_as(lists, Strictness::Strict)
     }
 
     #[test]
@@ -423,6 +515,62 @@ mod tests {
             assert!(options.contains(&expected), "{expected:?} in {options:?}");
         }
         assert!(!options.contains(&MountOption::RW));
+    }
+
+    #[test]
+    fn fstab_and_systemd_options_are_accepted_and_ignored() {
+        let list = "defaults,auto,noauto,nofail,_netdev,user,users,nouser,owner,group,\
+                    comment=backup disk,x-systemd.automount,x-systemd.device-timeout=10s,x-gvfs-hide";
+        let s = parse(&[list]).unwrap();
+        assert_eq!(s.ignored.len(), 13, "{:?}", s.ignored);
+        let plain = MountSettings {
+            ignored: Vec::new(),
+            ..s
+        };
+        assert_eq!(plain, MountSettings::default());
+        // What mount(8) passes a helper for such a line, and what mount.fuse3 passes.
+        let s = parse(&["rw,noexec,nosuid,nodev,nofail,_netdev,user"]).unwrap();
+        assert_eq!(
+            (s.exec, s.suid, s.dev),
+            (Some(false), Some(false), Some(false))
+        );
+        let s =
+            parse(&["defaults,x-systemd.automount,comment=foo,noexec,rw,suid,dev,exec,dev,suid"])
+                .unwrap();
+        assert_eq!(
+            (s.exec, s.suid, s.dev),
+            (Some(true), Some(true), Some(true))
+        );
+    }
+
+    #[test]
+    fn sloppy_parsing_ignores_unknown_options_only() {
+        let s = parse_option_lists_as(&["rw,frobnicate,ttl=5"], Strictness::Sloppy).unwrap();
+        assert_eq!(s.ignored, vec!["frobnicate".to_string()]);
+        assert_eq!(s.ttl, Some(Duration::from_secs(5)));
+        // A known option with a bad value is still an error.
+        assert!(parse_option_lists_as(&["ttl=soon"], Strictness::Sloppy).is_err());
+        assert!(parse_option_lists_as(&["ro=1"], Strictness::Sloppy).is_err());
+    }
+
+    #[test]
+    fn kernel_type_source_and_flags() {
+        let meta = Path::new("/images/meta.img");
+        let s = parse(&[]).unwrap();
+        assert_eq!(s.fs_type(), "fuse.dualfs");
+        assert_eq!(s.source(meta), "/images/meta.img");
+        assert_eq!(s.kernel_flags(), MsFlags::MS_NODEV | MsFlags::MS_NOSUID);
+        let s = parse(&["ro,dev,suid,noexec,noatime,sync,dirsync,subtype=x,fsname=pool"]).unwrap();
+        assert_eq!(s.fs_type(), "fuse.x");
+        assert_eq!(s.source(meta), "pool");
+        assert_eq!(
+            s.kernel_flags(),
+            MsFlags::MS_RDONLY
+                | MsFlags::MS_NOEXEC
+                | MsFlags::MS_NOATIME
+                | MsFlags::MS_SYNCHRONOUS
+                | MsFlags::MS_DIRSYNC
+        );
     }
 
     #[test]

@@ -5,13 +5,21 @@
 //! then ends like after an external `umount`, and the main thread writes the final
 //! checkpoint.
 
+use super::kernel_mount::KernelMount;
 use fuser::SessionUnmounter;
 use log::{error, info, warn};
 use nix::mount::{umount2, MntFlags};
 use nix::sys::signal::{SigSet, Signal};
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
+
+/// How to unmount: our own mount, or fuser's (made through fusermount).
+pub enum Unmounter {
+    Own(Arc<KernelMount>),
+    Fuser(SessionUnmounter),
+}
 
 /// The signals that stop the daemon.
 pub fn shutdown_signals() -> SigSet {
@@ -30,7 +38,7 @@ pub fn block_shutdown_signals() -> nix::Result<()> {
 
 /// Start the thread that unmounts `mountpoint` when a shutdown signal arrives.
 pub fn spawn_signal_watcher(
-    unmounter: SessionUnmounter,
+    unmounter: Unmounter,
     mountpoint: PathBuf,
 ) -> io::Result<JoinHandle<()>> {
     thread::Builder::new()
@@ -38,13 +46,16 @@ pub fn spawn_signal_watcher(
         .spawn(move || watch_signals(unmounter, mountpoint))
 }
 
-fn watch_signals(mut unmounter: SessionUnmounter, mountpoint: PathBuf) {
+fn watch_signals(mut unmounter: Unmounter, mountpoint: PathBuf) {
     let signals = shutdown_signals();
     loop {
         match signals.wait() {
             Ok(signal) => {
                 info!("{signal} received: unmounting {}", mountpoint.display());
-                unmount(&mut unmounter, &mountpoint);
+                match &mut unmounter {
+                    Unmounter::Own(mount) => mount.unmount(),
+                    Unmounter::Fuser(fuser) => unmount(fuser, &mountpoint),
+                }
             }
             Err(e) => {
                 error!("waiting for signals failed ({e}); stop with `dualfs umount`");
@@ -54,8 +65,8 @@ fn watch_signals(mut unmounter: SessionUnmounter, mountpoint: PathBuf) {
     }
 }
 
-/// Unmount; while files are open, detach instead, so that the daemon exits (with its final
-/// checkpoint) as soon as the last one is closed.
+/// Unmount a mount made through fuser; while files are open, detach instead, so that the
+/// daemon exits (with its final checkpoint) as soon as the last one is closed.
 fn unmount(unmounter: &mut SessionUnmounter, mountpoint: &PathBuf) {
     match unmounter.unmount() {
         Ok(()) => {}

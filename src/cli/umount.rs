@@ -2,8 +2,8 @@
 //! exited (a plain `umount` returns before that).
 
 use super::error::{describe_errno, describe_io, print_error, CliError};
-use super::mountinfo::{is_fuse, mounted_fs_type};
 use super::pid_file::{is_live_daemon, pid_file_path, read_pid_file, wait_for_exit};
+use dualfs::mountinfo;
 use nix::mount::{umount2, MntFlags};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -31,12 +31,17 @@ pub fn run(args: UmountArgs) -> ExitCode {
 fn umount(path: &Path, timeout: Duration) -> Result<(), CliError> {
     let mountpoint = resolve_mountpoint(path)?;
     // Never unmount anything but a FUSE file system, whatever path is given.
-    match mounted_fs_type(&mountpoint) {
-        Ok(Some(fs_type)) if is_fuse(&fs_type) => {}
-        Ok(Some(fs_type)) => {
+    let table = mountinfo::read();
+    match table
+        .as_ref()
+        .map(|t| mountinfo::topmost_at(t, &mountpoint))
+    {
+        Ok(Some(m)) if m.is_fuse() => {}
+        Ok(Some(m)) => {
             return Err(CliError::failure(format!(
-                "{} is not a DualFS mount (it is {fs_type})",
-                path.display()
+                "{} is not a DualFS mount (it is {})",
+                path.display(),
+                m.fs_type
             )))
         }
         Ok(None) => {
@@ -108,7 +113,7 @@ fn forget_pid_file(pid_file: &Path, pid: i32) {
 
 /// The canonical mount point, as the daemon named its pid file. A mount whose daemon died
 /// cannot be examined (ENOTCONN), so then only its parent is resolved.
-fn resolve_mountpoint(path: &Path) -> Result<PathBuf, CliError> {
+pub fn resolve_mountpoint(path: &Path) -> Result<PathBuf, CliError> {
     let failure =
         |e: &std::io::Error| CliError::failure(format!("{}: {}", path.display(), describe_io(e)));
     match std::fs::canonicalize(path) {

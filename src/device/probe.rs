@@ -5,8 +5,10 @@
 //! costs their data.
 
 use super::BlockDevice;
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -172,13 +174,13 @@ pub fn is_mounted(path: &Path) -> Option<String> {
         })
     };
 
-    if let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") {
-        for mount in mountinfo.lines().filter_map(parse_mountinfo_line) {
-            let device_matches = is_block && mount.device == target.rdev();
+    if let Ok(table) = crate::mountinfo::read() {
+        for mount in table {
+            let device_matches = is_block && mount.device() == target.rdev();
             if device_matches
                 || (mount.source.starts_with('/') && same_storage(Path::new(&mount.source)))
             {
-                return Some(format!("mounted on {}", mount.mount_point));
+                return Some(format!("mounted on {}", mount.mount_point.display()));
             }
         }
     }
@@ -187,7 +189,9 @@ pub fn is_mounted(path: &Path) -> Option<String> {
             .lines()
             .skip(1)
             .filter_map(|l| l.split_whitespace().next());
-        if names.any(|name| same_storage(Path::new(&unescape(name)))) {
+        let unescaped =
+            |name: &str| OsString::from_vec(crate::mountinfo::unescape(name.as_bytes()));
+        if names.any(|name| same_storage(Path::new(&unescaped(name)))) {
             return Some("in use as swap space".into());
         }
     }
@@ -202,53 +206,6 @@ pub fn is_mounted(path: &Path) -> Option<String> {
         return Some(format!("attached to loop device {loop_device}"));
     }
     flocked(path).then(|| "locked by another process (mounted by DualFS?)".into())
-}
-
-struct Mount {
-    /// Device number of the mounted file system (st_dev of its files).
-    device: u64,
-    mount_point: String,
-    source: String,
-}
-
-/// One line of /proc/self/mountinfo:
-/// `id parent major:minor root mount-point options [optional fields] - type source options`.
-fn parse_mountinfo_line(line: &str) -> Option<Mount> {
-    let (before, after) = line.split_once(" - ")?;
-    let fields: Vec<&str> = before.split(' ').collect();
-    let (major, minor) = fields.get(2)?.split_once(':')?;
-    let device = libc::makedev(major.parse().ok()?, minor.parse().ok()?);
-    let mount_point = unescape(fields.get(4)?);
-    let source = unescape(after.split(' ').nth(1)?);
-    Some(Mount {
-        device,
-        mount_point,
-        source,
-    })
-}
-
-/// Undo the kernel's octal escapes of spaces, tabs, newlines and backslashes (`\040`).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(digits) if bytes[i] == b'\\' => {
-                let value = digits.iter().fold(0u32, |v, d| v * 8 + u32::from(d - b'0'));
-                out.push(value as u8);
-                i += 4;
-            }
-            _ => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The loop device (`/dev/loopN`) whose backing file passes `same_storage`, if any.
@@ -446,18 +403,6 @@ mod tests {
             probe_existing(&dev).as_deref(),
             Some("an ext4 file system (label \"probe-me\")")
         );
-    }
-
-    #[test]
-    fn mountinfo_lines_and_escapes() {
-        let line =
-            "36 35 98:0 /mnt1 /mnt/my\\040disk rw,noatime master:1 - ext3 /dev/my\\134root rw";
-        let mount = parse_mountinfo_line(line).unwrap();
-        assert_eq!(mount.device, libc::makedev(98, 0));
-        assert_eq!(mount.mount_point, "/mnt/my disk");
-        assert_eq!(mount.source, "/dev/my\\root");
-        assert!(parse_mountinfo_line("garbage").is_none());
-        assert_eq!(unescape("a\\011b\\"), "a\tb\\");
     }
 
     #[test]

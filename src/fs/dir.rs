@@ -267,7 +267,7 @@ impl Fs {
             mode
         };
         let e = self.make_node(caller, parent, name, mode, rdev, None)?;
-        Ok(self.entry_attr(&e))
+        self.dir_changed(self.entry_attr(&e))
     }
 
     pub fn mkdir(&self, caller: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
@@ -279,7 +279,7 @@ impl Fs {
             0,
             None,
         )?;
-        Ok(self.entry_attr(&e))
+        self.dir_changed(self.entry_attr(&e))
     }
 
     pub fn symlink(
@@ -296,7 +296,7 @@ impl Fs {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
         let e = self.make_node(caller, parent, name, libc::S_IFLNK | 0o777, 0, Some(target))?;
-        Ok(self.entry_attr(&e))
+        self.dir_changed(self.entry_attr(&e))
     }
 
     /// Create and open a regular file (`mode` with the umask applied). With O_EXCL an existing
@@ -320,7 +320,7 @@ impl Fs {
             Ok(e) => {
                 e.state.write().opens += 1;
                 let fh = self.new_handle(e.ino, flags);
-                Ok((self.entry_attr(&e), fh))
+                self.dir_changed((self.entry_attr(&e), fh))
             }
             Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
                 let v = self
@@ -366,6 +366,17 @@ impl Fs {
     }
 
     pub fn link(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<Attr> {
+        let attr = self.link_in_memory(caller, ino, new_parent, new_name)?;
+        self.dir_changed(attr)
+    }
+
+    fn link_in_memory(
         &self,
         _caller: &Caller,
         ino: u64,
@@ -441,7 +452,12 @@ impl Fs {
         }
     }
 
-    pub fn unlink(&self, _caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
+    pub fn unlink(&self, caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
+        self.unlink_in_memory(caller, parent, name)?;
+        self.commit_dir_change()
+    }
+
+    fn unlink_in_memory(&self, _caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         let _admitted = self.admit(Admit::Delete)?;
         check_name(name)?;
         let pe = self.dir(parent)?;
@@ -502,7 +518,12 @@ impl Fs {
         }
     }
 
-    pub fn rmdir(&self, _caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
+    pub fn rmdir(&self, caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
+        self.rmdir_in_memory(caller, parent, name)?;
+        self.commit_dir_change()
+    }
+
+    fn rmdir_in_memory(&self, _caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         let _admitted = self.admit(Admit::Delete)?;
         check_name(name)?;
         match name {

@@ -63,6 +63,30 @@ impl Fs {
         self.flush_locked(&mut fl)
     }
 
+    /// Make everything done before this call durable: one log transaction of everything
+    /// dirty (every file's metadata, the directory tree, the tables' records), the data
+    /// device flushed before it and the metadata device after. What `dualfs sync` asks for;
+    /// fsync and fsyncdir of any file or directory do the same.
+    pub fn commit(&self) -> Result<()> {
+        self.writable()?;
+        self.sync_log()
+    }
+
+    /// Under `dirsync` a directory change is durable before its operation returns. Called
+    /// once the operation let go of its locks (the commit takes the gate exclusively).
+    pub(crate) fn commit_dir_change(&self) -> Result<()> {
+        if self.opts.dirsync {
+            self.sync_log()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `value`, once the directory change that made it is committed (under `dirsync`).
+    pub(crate) fn dir_changed<T>(&self, value: T) -> Result<T> {
+        self.commit_dir_change().map(|()| value)
+    }
+
     /// Write every dirty object as one transaction, data first.
     pub(crate) fn flush_locked(&self, fl: &mut FlushState) -> Result<()> {
         if self.opts.read_only {

@@ -51,6 +51,9 @@ pub struct MountOptions {
     pub checkpoint_segments: u64,
     /// Never update access times (`noatime`); otherwise they follow Linux's `relatime`.
     pub noatime: bool,
+    /// Make every directory change (create, mknod, mkdir, symlink, link, unlink, rmdir,
+    /// rename) durable before it returns (`dirsync`, and `sync`, which implies it).
+    pub dirsync: bool,
 }
 
 impl Default for MountOptions {
@@ -62,6 +65,7 @@ impl Default for MountOptions {
             checkpoint_interval: Duration::from_secs(30),
             checkpoint_segments: 32,
             noatime: false,
+            dirsync: false,
         }
     }
 }

@@ -35,6 +35,19 @@ impl Fs {
 
     pub fn rename(
         &self,
+        caller: &Caller,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.rename_in_memory(caller, parent, name, new_parent, new_name, flags)?;
+        self.commit_dir_change()
+    }
+
+    fn rename_in_memory(
+        &self,
         _caller: &Caller,
         parent: u64,
         name: &[u8],

@@ -107,6 +107,7 @@ pub struct Builder {
     loop_devices: bool,
     watchdog: Duration,
     images: Option<(PathBuf, PathBuf)>,
+    daemon_args: Vec<String>,
 }
 
 impl Default for Builder {
@@ -121,6 +122,7 @@ impl Default for Builder {
             loop_devices: false,
             watchdog: env_secs("DUALFS_TEST_WATCHDOG_SECS", 600),
             images: None,
+            daemon_args: Vec::new(),
         }
     }
 }
@@ -165,6 +167,11 @@ impl Builder {
         self.backend = Backend::DualFs;
         self
     }
+    /// More arguments for `dualfs mount` (e.g. `--threads 8`).
+    pub fn daemon_args(mut self, args: &[&str]) -> Self {
+        self.daemon_args = args.iter().map(|a| a.to_string()).collect();
+        self
+    }
     pub fn backend(mut self, b: Backend) -> Self {
         self.backend = b;
         self
@@ -199,6 +206,14 @@ impl Daemon {
     fn watchdog_fired(&self) -> bool {
         self.watchdog.state.lock().unwrap().1
     }
+}
+
+/// How `try_stop` ends a mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Umount,
+    Signal(i32),
+    AlreadyUnmounted,
 }
 
 /// A mounted file system under test, with everything it needs in one temporary directory.
@@ -366,6 +381,7 @@ impl TestFs {
         if !self.b.mount_opts.is_empty() {
             cmd.arg("-o").arg(&self.b.mount_opts);
         }
+        cmd.args(&self.b.daemon_args);
         cmd.arg("--foreground")
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
@@ -453,6 +469,15 @@ impl TestFs {
     pub fn scratch(&self) -> &Path {
         self.dir.path()
     }
+    /// The pid of the running daemon (DualFS only).
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon
+            .as_ref()
+            .expect("daemon_pid: no DualFS daemon")
+            .child
+            .id()
+    }
+
     /// Everything the daemon printed so far (empty on kernel backends).
     pub fn daemon_log(&self) -> String {
         self.daemon
@@ -496,6 +521,34 @@ impl TestFs {
         pid
     }
 
+    /// The daemon is to end by itself (its session was ended from outside: an abort, a
+    /// forced unmount): wait for it to exit and return its status and its log. The file
+    /// system then counts as not mounted (a dead mount left in the table is detached when
+    /// the `TestFs` goes). Panics if the daemon is still running after the exit timeout.
+    pub fn wait_daemon_exit(&mut self) -> (ExitStatus, String) {
+        assert!(self.mounted, "wait_daemon_exit: not mounted");
+        let mut d = self.daemon.take().expect("wait_daemon_exit: DualFS daemon");
+        let timeout = env_secs("DUALFS_TEST_EXIT_TIMEOUT_SECS", 120);
+        let status = wait_timeout(&mut d.child, timeout);
+        d.disarm();
+        self.mounted = false;
+        let log = read_log(&d.log);
+        let Some(status) = status else {
+            let _ = d.child.kill();
+            let _ = d.child.wait();
+            panic!("the daemon did not exit within {timeout:?}; its log:\n{log}");
+        };
+        (status, log)
+    }
+
+    /// Run the checker (DualFS, not mounted); panics with its report unless clean.
+    pub fn check(&self) {
+        assert!(!self.mounted, "check: still mounted");
+        if let Err(report) = check_pair(&self.meta, &self.data) {
+            panic!("{report}");
+        }
+    }
+
     /// Unmount and mount again (the checker runs in between).
     pub fn remount(&mut self) {
         self.unmount();
@@ -503,7 +556,15 @@ impl TestFs {
     }
 
     fn try_unmount(&mut self) -> Result<(), String> {
-        self.try_stop(None)
+        self.try_stop(Stop::Umount)
+    }
+
+    /// The test unmounted the file system itself (umount(2) in its own way): wait for the
+    /// daemon to exit with status 0, then run the checker, as `unmount` does.
+    pub fn unmounted_by_test(&mut self) {
+        if let Err(msg) = self.try_stop(Stop::AlreadyUnmounted) {
+            panic!("{msg}");
+        }
     }
 
     /// Stop the daemon with a signal (SIGTERM, SIGINT, SIGHUP) instead of umount: it must
@@ -513,29 +574,35 @@ impl TestFs {
             self.is_dualfs(),
             "stop_with_signal needs the DualFS backend"
         );
-        if let Err(msg) = self.try_stop(Some(sig)) {
+        if let Err(msg) = self.try_stop(Stop::Signal(sig)) {
             panic!("{msg}");
         }
     }
 
-    fn try_stop(&mut self, signal: Option<i32>) -> Result<(), String> {
+    fn try_stop(&mut self, how: Stop) -> Result<(), String> {
         if !self.mounted {
             return Err("unmount: not mounted".into());
         }
         self.mounted = false;
         let mut problems = Vec::new();
         let mut timeout = env_secs("DUALFS_TEST_EXIT_TIMEOUT_SECS", 120);
-        if let (Some(sig), Some(d)) = (signal, &self.daemon) {
-            unsafe { libc::kill(d.child.id() as i32, sig) };
-        } else if let Err(e) = umount_retry(&self.mnt, env_secs("DUALFS_TEST_UMOUNT_BUSY_SECS", 10))
-        {
-            problems.push(format!(
-                "umount {}: {e} (some descriptor still open?)",
-                self.mnt.display()
-            ));
-            let _ = sys::umount2(&self.mnt, libc::MNT_DETACH);
-            // Detached but still in use: the daemon will not get its unmount soon.
-            timeout = timeout.min(Duration::from_secs(10));
+        match (how, &self.daemon) {
+            (Stop::Signal(sig), Some(d)) => unsafe {
+                libc::kill(d.child.id() as i32, sig);
+            },
+            (Stop::AlreadyUnmounted, _) => {}
+            _ => {
+                let busy_for = env_secs("DUALFS_TEST_UMOUNT_BUSY_SECS", 10);
+                if let Err(e) = umount_retry(&self.mnt, busy_for) {
+                    problems.push(format!(
+                        "umount {}: {e} (some descriptor still open?)",
+                        self.mnt.display()
+                    ));
+                    let _ = sys::umount2(&self.mnt, libc::MNT_DETACH);
+                    // Detached but still in use: the daemon will not get its unmount soon.
+                    timeout = timeout.min(Duration::from_secs(10));
+                }
+            }
         }
         if let Some(mut d) = self.daemon.take() {
             match wait_timeout(&mut d.child, timeout) {
@@ -766,6 +833,17 @@ pub fn mkfs_pair(meta: &Path, data: &Path, p: &dualfs::mkfs::MkfsParams) {
     if let Err(e) = dualfs::mkfs::mkfs(m, d, p) {
         panic!("mkfs({}, {}): {e}", meta.display(), data.display());
     }
+}
+
+/// Two sparse image files of the given sizes, formatted as a DualFS (META records DATA).
+pub fn make_formatted_pair(meta: &Path, data: &Path, meta_size: u64, data_size: u64) {
+    make_image(meta, meta_size);
+    make_image(data, data_size);
+    let params = dualfs::mkfs::MkfsParams {
+        data_path: data.to_str().unwrap().to_string(),
+        ..Default::default()
+    };
+    mkfs_pair(meta, data, &params);
 }
 
 /// Run the checker on a pair of devices; Err with the report (or the error) unless clean.

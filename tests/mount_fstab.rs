@@ -1,0 +1,315 @@
+//! DualFS through mount(8): `mount -t fuse.dualfs` (mount.fuse3 runs `dualfs META MNT -o
+//! OPTS`), `mount -t dualfs` (the /sbin/mount.dualfs helper), and /etc/fstab lines of both
+//! types mounted with `mount -T FSTAB MNT` and `mount -a -T FSTAB`, with the options fstab and
+//! systemd put there. The kernel type is `fuse.dualfs` and the source is META; `umount`
+//! (util-linux) ends the daemon cleanly; the checker is clean afterwards.
+//!
+//! Needs util-linux's mount and Debian's fuse3 (mount.fuse3); `.ci/run` installs them.
+//! mount(8) looks for its helpers in /sbin and runs them without PATH, so each test links
+//! /sbin/mount.dualfs and /usr/local/sbin/dualfs to this build for its duration (and puts
+//! back whatever was there), as scripts/up.sh installs them for good.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A formatted pair of images and an empty mount point, in a temporary directory. Dropping
+/// it unmounts what is still mounted (lazily) and kills a daemon left behind.
+struct Images {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    meta: PathBuf,
+    data: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Images {
+    fn new() -> Images {
+        user::require_root();
+        let dir = tempfile::Builder::new()
+            .prefix("dualfs-fstab-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let (meta, data, mnt) = (
+            root.join("meta.img"),
+            root.join("data.img"),
+            root.join("mnt"),
+        );
+        make_formatted_pair(&meta, &data, 64 << 20, 256 << 20);
+        fs::create_dir(&mnt).unwrap();
+        Images {
+            _dir: dir,
+            root,
+            meta,
+            data,
+            mnt,
+        }
+    }
+
+    fn meta(&self) -> &str {
+        self.meta.to_str().unwrap()
+    }
+    fn mnt(&self) -> &str {
+        self.mnt.to_str().unwrap()
+    }
+
+    /// Write an fstab file of `lines` beside the images.
+    fn fstab(&self, name: &str, lines: &[String]) -> PathBuf {
+        let path = self.root.join(name);
+        fs::write(&path, lines.join("\n") + "\n").unwrap();
+        path
+    }
+
+    /// The mount is there, with the kernel type `fuse.dualfs` and META as the source; a file
+    /// written on it reads back.
+    fn assert_mounted(&self) {
+        let table = fs::read_to_string("/proc/self/mounts").unwrap();
+        let line = table
+            .lines()
+            .filter(|l| l.split(' ').nth(1) == Some(self.mnt()))
+            .last()
+            .unwrap_or_else(|| panic!("{} is not in /proc/self/mounts", self.mnt()));
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields[2], "fuse.dualfs", "{line}");
+        assert_eq!(fields[0], self.meta(), "{line}");
+        fs::write(self.mnt.join("hello"), b"mounted by mount(8)").unwrap();
+        assert_eq!(
+            fs::read(self.mnt.join("hello")).unwrap(),
+            b"mounted by mount(8)"
+        );
+    }
+
+    /// `umount MNT`, wait for the daemon to exit after its final checkpoint (its pid file
+    /// goes only then), run the checker.
+    fn umount_and_check(&self) {
+        let pid_file = dualfs::run_dir::run_file_path(&self.mnt, "pid");
+        let pid: i32 = fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+            .trim()
+            .parse()
+            .unwrap();
+        run_ok(Command::new("umount").arg(&self.mnt));
+        let start = Instant::now();
+        while process_running(pid) {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "daemon {pid} still running a minute after umount"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !pid_file.exists(),
+            "the daemon exited without a clean final checkpoint (its pid file is left)"
+        );
+        if let Err(report) = check_pair(&self.meta, &self.data) {
+            panic!("{report}");
+        }
+    }
+}
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        if !is_mounted(&self.mnt) {
+            return;
+        }
+        let pid_file = dualfs::run_dir::run_file_path(&self.mnt, "pid");
+        let pid = fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        if let Some(pid) = pid {
+            std::thread::sleep(Duration::from_secs(2));
+            if process_running(pid) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// Is `pid` alive (not a zombie)? The daemon is not our child: mount(8) started it.
+fn process_running(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// mount(8). It runs helpers without PATH: mount.fuse3's `/bin/sh -c dualfs ...` finds
+/// `dualfs` on the shell's default path (/usr/local/sbin first), where `SystemLinks` puts it.
+fn mount8(args: &[&str]) -> Output {
+    Command::new("mount").args(args).output().unwrap()
+}
+
+#[track_caller]
+fn assert_success(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Where mount(8) finds this build while the guard lives (one test at a time): the helper
+/// /sbin/mount.dualfs (type dualfs) and /usr/local/sbin/dualfs, first on the default path
+/// of mount.fuse3's shell (type fuse.dualfs). Whatever was there is put back.
+struct SystemLinks {
+    links: Vec<(PathBuf, Option<PathBuf>)>,
+    _one_at_a_time: MutexGuard<'static, ()>,
+}
+
+const LINKS: [&str; 2] = ["/sbin/mount.dualfs", "/usr/local/sbin/dualfs"];
+
+impl SystemLinks {
+    fn install() -> SystemLinks {
+        static LOCK: Mutex<()> = Mutex::new(());
+        let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut links = Vec::new();
+        for link in LINKS {
+            let link = PathBuf::from(link);
+            fs::create_dir_all(link.parent().unwrap()).unwrap();
+            let backup = link.symlink_metadata().is_ok().then(|| {
+                let name = link.file_name().unwrap().to_string_lossy();
+                let backup = link.with_file_name(format!(".{name}.test-{}", std::process::id()));
+                fs::rename(&link, &backup).unwrap();
+                backup
+            });
+            symlink(dualfs_bin(), &link).unwrap();
+            links.push((link, backup));
+        }
+        SystemLinks {
+            links,
+            _one_at_a_time: guard,
+        }
+    }
+}
+
+impl Drop for SystemLinks {
+    fn drop(&mut self) {
+        for (link, backup) in &self.links {
+            let _ = fs::remove_file(link);
+            if let Some(backup) = backup {
+                let _ = fs::rename(backup, link);
+            }
+        }
+    }
+}
+
+/// What fstab lines usually carry: mount(8) keeps some for itself, passes others on.
+const FSTAB_OPTIONS: &str = "defaults,nofail,_netdev,x-systemd.automount,comment=dualfs-test";
+
+/// An fstab of one line `META MNT TYPE OPTIONS 0 0`, mounted with `mount -T FSTAB MNT`.
+fn mount_from_fstab(img: &Images, fs_type: &str, options: &str) {
+    let line = format!("{} {} {fs_type} {options} 0 0", img.meta(), img.mnt());
+    let fstab = img.fstab("fstab", &[line]);
+    let out = mount8(&["-T", fstab.to_str().unwrap(), img.mnt()]);
+    assert_success(&out, &format!("mount -T FSTAB MNT ({fs_type})"));
+    img.assert_mounted();
+}
+
+#[test]
+fn fstab_line_of_type_fuse_dualfs_mounts_with_mount_mountpoint() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    mount_from_fstab(&img, "fuse.dualfs", FSTAB_OPTIONS);
+    img.umount_and_check();
+}
+
+#[test]
+fn fstab_line_of_type_dualfs_mounts_with_mount_mountpoint() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    mount_from_fstab(&img, "dualfs", &format!("{FSTAB_OPTIONS},user,noexec"));
+    // `user` implies noexec, nosuid, nodev in mount(8); they reach the kernel.
+    let options = fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = options.lines().rfind(|l| l.contains(img.mnt())).unwrap();
+    for flag in ["noexec", "nosuid", "nodev"] {
+        assert!(line.contains(flag), "{flag} missing: {line}");
+    }
+    img.umount_and_check();
+}
+
+#[test]
+fn mount_all_mounts_both_types_and_skips_noauto() {
+    let _links = SystemLinks::install();
+    let (a, b, c) = (Images::new(), Images::new(), Images::new());
+    let fstab = a.fstab(
+        "fstab",
+        &[
+            "# DualFS, both spellings of the type".to_string(),
+            format!("{} {} fuse.dualfs {FSTAB_OPTIONS} 0 0", a.meta(), a.mnt()),
+            format!("{} {} dualfs defaults 0 0", b.meta(), b.mnt()),
+            format!("{} {} dualfs noauto 0 0", c.meta(), c.mnt()),
+        ],
+    );
+    let out = mount8(&["-a", "-T", fstab.to_str().unwrap()]);
+    assert_success(&out, "mount -a -T FSTAB");
+    a.assert_mounted();
+    b.assert_mounted();
+    assert!(!is_mounted(&c.mnt), "a noauto line was mounted by mount -a");
+    a.umount_and_check();
+    b.umount_and_check();
+}
+
+#[test]
+fn mount_t_both_types_with_options() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    let out = mount8(&[
+        "-t",
+        "fuse.dualfs",
+        img.meta(),
+        img.mnt(),
+        "-o",
+        "noatime,nodev",
+    ]);
+    assert_success(&out, "mount -t fuse.dualfs");
+    img.assert_mounted();
+    img.umount_and_check();
+
+    let out = mount8(&["-t", "dualfs", img.meta(), img.mnt(), "-o", "ro"]);
+    assert_success(&out, "mount -t dualfs -o ro");
+    let e = fs::write(img.mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert_eq!(
+        fs::read(img.mnt.join("hello")).unwrap(),
+        b"mounted by mount(8)"
+    );
+    img.umount_and_check();
+}
+
+#[test]
+fn mount_refuses_unknown_options_unless_sloppy() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    let out = mount8(&["-t", "dualfs", img.meta(), img.mnt(), "-o", "frobnicate"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown mount option 'frobnicate'"),
+        "{stderr}"
+    );
+    assert!(!is_mounted(&img.mnt));
+    let out = mount8(&[
+        "-s",
+        "-t",
+        "dualfs",
+        img.meta(),
+        img.mnt(),
+        "-o",
+        "frobnicate",
+    ]);
+    assert_success(&out, "mount -s -t dualfs -o frobnicate");
+    img.assert_mounted();
+    img.umount_and_check();
+}
