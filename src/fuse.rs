@@ -57,7 +57,9 @@ pub struct DualFuse {
 }
 
 impl DualFuse {
+    /// The adapter for a FUSE session: the core counts the kernel's lookups from now on.
     pub fn new(fs: Arc<Fs>, config: FuseConfig) -> DualFuse {
+        fs.begin_kernel_session();
         DualFuse { fs, config }
     }
 

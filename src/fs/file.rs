@@ -74,14 +74,31 @@ impl Fs {
             let _op = e.op.lock_arc();
             self.truncate_locked(&e, 0)?;
         }
-        e.state.write().opens += 1;
+        self.count_open(&e)?;
         Ok(self.new_handle(ino, flags))
+    }
+
+    /// One more open handle of `e`, which keeps it (and its attributes) when its last name
+    /// goes; ENOENT if it went already.
+    pub(crate) fn count_open(&self, e: &InodeEntry) -> Result<()> {
+        let mut st = e.state.write();
+        if st.deleted {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        st.opens += 1;
+        Ok(())
     }
 
     pub fn release(&self, ino: u64, fh: u64) -> Result<()> {
         if self.handles.lock().remove(&fh).is_none() {
             return Err(FsError::Errno(libc::EBADF));
         }
+        self.closed(ino)
+    }
+
+    /// A handle of `ino` (file or directory) was closed. The last one returns the file's
+    /// reservation window, and frees an inode whose last name went while it was open.
+    pub(crate) fn closed(&self, ino: u64) -> Result<()> {
         let Some(e) = self.inodes.get(ino) else {
             return Ok(());
         };
@@ -208,7 +225,13 @@ impl Fs {
                 delta: -1,
             });
         }
-        recs.push(Record::IFree { ino: e.ino });
+        // The generation goes with the free, so the number's next use gets a newer one even
+        // if this use never reached the log (the kernel and file handles tell uses apart by
+        // it).
+        recs.push(Record::IFree {
+            ino: e.ino,
+            generation: st.d.generation,
+        });
         drop(recs);
         if let Some((next, end)) = st.window.take() {
             self.tables.lock().data.unreserve(next, end - next);

@@ -14,6 +14,7 @@ mod dir;
 mod file;
 mod flush;
 pub mod inode;
+mod kernel_refs;
 mod mount;
 mod rename;
 mod repair;
@@ -127,6 +128,8 @@ pub struct Fs {
     /// Inode blocks recently read.
     inode_blocks: blockcache::BlockCache,
     ino_alloc: Mutex<InoAllocator>,
+    /// The kernel's lookup counts: numbers it holds are not reused (kernel_refs.rs).
+    kernel_refs: kernel_refs::KernelRefs,
     gate: RwLock<()>,
     dirty: Mutex<HashMap<u64, Arc<InodeEntry>>>,
     /// Records of changes no block shows, in the order they happened.
@@ -284,5 +287,7 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
     v.into_iter().map(|e| e.op.lock_arc()).collect()
 }
 
+#[cfg(test)]
+mod node_id_tests;
 #[cfg(test)]
 mod tests;

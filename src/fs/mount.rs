@@ -145,6 +145,7 @@ impl Fs {
                 (opts.cache_bytes / 8 / sb.block_size as u64) as usize,
             ),
             ino_alloc: Mutex::new(InoAllocator::new(free, next_new)),
+            kernel_refs: Default::default(),
             gate: RwLock::new(()),
             dirty: Mutex::new(HashMap::new()),
             records: Mutex::new(Vec::new()),

@@ -67,7 +67,7 @@ pub fn run(
     for p in &plan.tables {
         match p.fix {
             TableFix::FreeLostInode { ino } => {
-                t.ifile.free_inode(ino);
+                t.ifile.free_inode(ino, 0);
                 freed.insert(ino);
             }
             TableFix::FixImapEntry {
