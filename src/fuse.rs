@@ -36,6 +36,13 @@ pub struct FuseConfig {
     pub max_write: u32,
     /// Background requests (readahead, writeback) the kernel keeps in flight.
     pub max_background: u16,
+    /// Open files for direct I/O: every read and write reaches DualFS, none is served from the
+    /// page cache (for `strictatime`, which must see every read). Shared mappings still work
+    /// (FUSE_DIRECT_IO_ALLOW_MMAP).
+    pub direct_io: bool,
+    /// Let the kernel keep directory listings (FOPEN_CACHE_DIR); off, every listing reaches
+    /// DualFS.
+    pub cache_dir: bool,
 }
 
 impl Default for FuseConfig {
@@ -46,6 +53,8 @@ impl Default for FuseConfig {
             keep_cache: true,
             max_write: 1 << 20,
             max_background: 64,
+            direct_io: false,
+            cache_dir: true,
         }
     }
 }
@@ -83,7 +92,9 @@ impl DualFuse {
 
     fn fopen_flags(&self) -> FopenFlags {
         let mut f = FopenFlags::empty();
-        if self.config.keep_cache {
+        if self.config.direct_io {
+            f |= FopenFlags::FOPEN_DIRECT_IO;
+        } else if self.config.keep_cache {
             f |= FopenFlags::FOPEN_KEEP_CACHE;
         }
         // close(2) has nothing to do: data is on the device when write returns. Skipping
@@ -247,6 +258,9 @@ impl Filesystem for DualFuse {
         ];
         if self.config.writeback_cache {
             wanted.push(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
+        if self.config.direct_io {
+            wanted.push(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         }
         // One at a time: a refusal rejects the whole set passed in.
         for capability in wanted {
@@ -578,9 +592,14 @@ impl Filesystem for DualFuse {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel may keep listings: every change to a directory goes through it.
+        let flags = if self.config.cache_dir {
+            FopenFlags::FOPEN_CACHE_DIR
+        } else {
+            FopenFlags::empty()
+        };
         match self.fs.opendir(&caller(req), ino.0) {
-            // The kernel may keep listings: every change to a directory goes through it.
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR),
+            Ok(fh) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(errno("opendir", ino.0, &e)),
         }
     }

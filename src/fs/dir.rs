@@ -600,7 +600,8 @@ impl Fs {
     ) -> Result<()> {
         self.alive()?;
         let e = self.dir(ino)?;
-        if offset == 0 {
+        // A listing is one access (Linux counts every getdents call with strictatime).
+        if offset == 0 || self.opts.strictatime {
             self.touch_atime(&e);
         }
         let parent = e.state.read().d.parent;

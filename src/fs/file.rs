@@ -11,6 +11,7 @@ use super::inode::{InodeEntry, InodeState, PtrBlock};
 use super::types::*;
 use super::{Fs, Handle};
 use crate::format::bmap::{max_blocks, parent, Parent};
+use crate::format::inode::FLAG_NOATIME;
 use crate::format::meta::decode_pointer_block;
 use crate::format::summary::Record;
 use crate::format::{BlockHeader, BlockKind};
@@ -257,16 +258,24 @@ impl Fs {
         Ok(())
     }
 
-    /// Update the access time after a read, as Linux's `relatime` does: when it is not newer
-    /// than the last change, or more than a day old. Costs a log write only then.
+    /// Update the access time after a read or listing: with `strictatime` always, else as
+    /// Linux's `relatime` does, when it is not newer than the last change or more than a day
+    /// old; never with `noatime`, for an inode flagged FS_NOATIME_FL, or for a directory with
+    /// `nodiratime`. The new time reaches the log with the next flush, like every change.
     pub(crate) fn touch_atime(&self, e: &Arc<InodeEntry>) {
         if self.opts.noatime || self.opts.read_only || self.alive().is_err() {
             return;
         }
         let now = Timespec::now();
         let stale = |st: &InodeState| {
+            if st.d.flags & FLAG_NOATIME != 0
+                || (self.opts.nodiratime && st.d.mode & libc::S_IFMT == libc::S_IFDIR)
+            {
+                return false;
+            }
             let a = super::inode::from_disk_time(st.d.atime);
-            a <= super::inode::from_disk_time(st.d.mtime)
+            self.opts.strictatime
+                || a <= super::inode::from_disk_time(st.d.mtime)
                 || a <= super::inode::from_disk_time(st.d.ctime)
                 || now.sec - a.sec >= 24 * 3600
         };

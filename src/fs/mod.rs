@@ -50,8 +50,15 @@ pub struct MountOptions {
     pub checkpoint_interval: Duration,
     /// Also checkpoint after this many segments of log.
     pub checkpoint_segments: u64,
-    /// Never update access times (`noatime`); otherwise they follow Linux's `relatime`.
+    /// Never update access times (`noatime`); otherwise they follow Linux's `relatime`, or
+    /// `strictatime`. An inode flagged FS_NOATIME_FL never gets them either.
     pub noatime: bool,
+    /// Update the access time at every read and listing (`strictatime`). The kernel only asks
+    /// DualFS for reads its page cache cannot serve, so the adapter then opens files for
+    /// direct I/O and keeps no directory listings.
+    pub strictatime: bool,
+    /// Never update directories' access times (`nodiratime`).
+    pub nodiratime: bool,
 }
 
 impl Default for MountOptions {
@@ -63,6 +70,8 @@ impl Default for MountOptions {
             checkpoint_interval: Duration::from_secs(30),
             checkpoint_segments: 32,
             noatime: false,
+            strictatime: false,
+            nodiratime: false,
         }
     }
 }
