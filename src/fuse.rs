@@ -11,9 +11,9 @@ use crate::fs::{
 use crate::FsError;
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use log::{debug, info, warn};
 use std::ffi::OsStr;
@@ -68,7 +68,7 @@ pub struct DualFuse {
 impl DualFuse {
     /// The adapter for a FUSE session: the core counts the kernel's lookups from now on.
     pub fn new(fs: Arc<Fs>, config: FuseConfig) -> DualFuse {
-        fs.begin_kernel_session();
+        fs.begin_kernel_session(config.writeback_cache);
         DualFuse { fs, config }
     }
 
@@ -107,12 +107,12 @@ impl DualFuse {
 }
 
 /// The flags the core sees for an open. With the writeback cache the kernel reads through
-/// write-only handles (to fill partial pages) and applies O_APPEND itself.
+/// write-only handles (to fill partial pages); it applies O_APPEND itself, which the core
+/// knows (`Fs::begin_kernel_session`) and only checks against append-only files.
 fn core_open_flags(flags: i32, writeback_cache: bool) -> i32 {
     if !writeback_cache {
         return flags;
     }
-    let flags = flags & !libc::O_APPEND;
     if flags & libc::O_ACCMODE == libc::O_WRONLY {
         (flags & !libc::O_ACCMODE) | libc::O_RDWR
     } else {
@@ -712,6 +712,25 @@ impl Filesystem for DualFuse {
         empty(reply, result, "access", ino.0);
     }
 
+    /// Inode flags and FS_IOC_SHUTDOWN (`crate::ioctl`); fuser answers unrestricted ioctls
+    /// (CUSE only) itself.
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        match crate::ioctl::ioctl(&self.fs, &caller(req), ino.0, cmd, in_data, out_size) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(errno("ioctl", ino.0, &e)),
+        }
+    }
+
     // No extended attributes in the core yet. ENOSYS makes the kernel stop asking (and
     // answer EOPNOTSUPP itself) for the rest of the mount.
 
@@ -865,7 +884,10 @@ mod tests {
     fn writeback_cache_widens_write_only_opens() {
         let wo_append = libc::O_WRONLY | libc::O_APPEND;
         assert_eq!(core_open_flags(wo_append, false), wo_append);
-        assert_eq!(core_open_flags(wo_append, true), libc::O_RDWR);
+        assert_eq!(
+            core_open_flags(wo_append, true),
+            libc::O_RDWR | libc::O_APPEND
+        );
         let ro_trunc = libc::O_RDONLY | libc::O_TRUNC;
         assert_eq!(core_open_flags(ro_trunc, true), ro_trunc);
     }

@@ -240,7 +240,15 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
                     warn!("cannot remove {}: {}", pid_file.display(), describe_io(&e));
                 }
             }
-            info!("clean unmount of {}", plan.meta.display());
+            if fs.is_shut_down() {
+                warn!(
+                    "{} was shut down: nothing was written at unmount; the next mount \
+                     recovers from the log",
+                    plan.meta.display()
+                );
+            } else {
+                info!("clean unmount of {}", plan.meta.display());
+            }
             if session_result.is_ok() {
                 ExitCode::SUCCESS
             } else {

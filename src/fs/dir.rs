@@ -5,6 +5,7 @@
 //! under it, the change itself under the gate so it lands in one transaction.
 
 use super::clean::Admit;
+use super::flags::Change;
 use super::inode::{from_disk_time, to_disk_time, InodeEntry};
 use super::types::*;
 use super::{lock_ops, Fs};
@@ -114,11 +115,15 @@ impl Fs {
         Ok(self.attr_of(&st.d))
     }
 
-    /// The kernel wants the rest of a FUSE session's requests counted: from now on the entries
-    /// handed out are references it gives back with `forget`, and numbers it holds are not
-    /// reused (kernel_refs.rs).
-    pub fn begin_kernel_session(&self) {
+    /// The kernel is the caller from now on (a FUSE session): the entries handed out are
+    /// references it gives back with `forget`, and numbers it holds are not reused
+    /// (kernel_refs.rs). With `writeback_cache` its page cache positions O_APPEND writes (the
+    /// core only checks that an append-only file is opened with O_APPEND) and keeps regular
+    /// files' mtime and ctime, which it pushes with SETATTR.
+    pub fn begin_kernel_session(&self, writeback_cache: bool) {
         self.kernel_refs.enable();
+        self.writeback_cache
+            .store(writeback_cache, std::sync::atomic::Ordering::Release);
     }
 
     /// The kernel dropped `n` references to `ino` (entries it was handed). A freed inode's
@@ -186,6 +191,7 @@ impl Fs {
             }
             (st.d.gid, st.d.mode, st.d.group, st.d.nlink)
         };
+        self.check_entry(&pe, Change::Append)?;
         if is_dot(name) || self.lookup_entry(parent, name)?.is_some() {
             return Err(FsError::Errno(libc::EEXIST));
         }
@@ -425,6 +431,8 @@ impl Fs {
         if pe.state.read().d.nlink == 0 {
             return Err(FsError::Errno(libc::ENOENT));
         }
+        self.check_entry(&ce, Change::Modify)?;
+        self.check_entry(&pe, Change::Append)?;
         if is_dot(new_name) || self.lookup_entry(new_parent, new_name)?.is_some() {
             return Err(FsError::Errno(libc::EEXIST));
         }
@@ -495,6 +503,7 @@ impl Fs {
         if v.kind == FileKind::Directory.code() {
             return Err(FsError::Errno(libc::EISDIR));
         }
+        self.check_removal(&pe, &ce)?;
         let last = {
             let st = ce.state.read();
             st.d.nlink <= 1 && st.opens == 0
@@ -508,6 +517,13 @@ impl Fs {
         self.entry_removed(&pe, false, now);
         self.drop_link(&ce, now);
         Ok(())
+    }
+
+    /// May `ce`'s name in `pe` go (unlink, rmdir, a rename away or over it)? Not if either is
+    /// immutable or append-only.
+    pub(crate) fn check_removal(&self, pe: &InodeEntry, ce: &InodeEntry) -> Result<()> {
+        self.check_entry(pe, Change::Modify)?;
+        self.check_entry(ce, Change::Modify)
     }
 
     /// Directory `pe` lost an entry (a subdirectory's when `subdir`, taking its '..' link).
@@ -558,6 +574,7 @@ impl Fs {
         if v.kind != FileKind::Directory.code() {
             return Err(FsError::Errno(libc::ENOTDIR));
         }
+        self.check_removal(&pe, &ce)?;
         if ce.state.read().d.size > 0 {
             return Err(FsError::Errno(libc::ENOTEMPTY));
         }

@@ -7,6 +7,7 @@
 
 use super::bmap::{self, Need};
 use super::clean::Admit;
+use super::flags::Change;
 use super::inode::{InodeEntry, InodeState, PtrBlock};
 use super::types::*;
 use super::{Fs, Handle};
@@ -43,17 +44,21 @@ impl Fs {
 
     pub(crate) fn new_handle(&self, ino: u64, flags: i32) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::AcqRel);
+        let opened_append = flags & libc::O_APPEND != 0;
         self.handles.lock().insert(
             fh,
             Handle {
                 ino,
-                append: flags & libc::O_APPEND != 0,
+                append: opened_append && !self.writeback_cache.load(Ordering::Acquire),
+                opened_append,
             },
         );
         fh
     }
 
     /// Open an existing file; `flags` are the open(2) flags (O_TRUNC, O_APPEND honoured).
+    /// An immutable file opens for reading only; an append-only one for writing with
+    /// O_APPEND only, never with O_TRUNC.
     pub fn open(&self, _caller: &Caller, ino: u64, flags: i32) -> Result<u64> {
         self.alive()?;
         let e = self.inode(ino)?;
@@ -61,6 +66,14 @@ impl Fs {
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if kind == Some(FileKind::Directory) && writing {
             return Err(FsError::Errno(libc::EISDIR));
+        }
+        if writing {
+            let change = if flags & libc::O_APPEND != 0 && flags & libc::O_TRUNC == 0 {
+                Change::Append
+            } else {
+                Change::Modify
+            };
+            self.check_entry(&e, change)?;
         }
         // Opening to write takes no log space (each write is admitted); truncating frees.
         let _admitted = match (writing, flags & libc::O_TRUNC != 0) {
@@ -73,6 +86,7 @@ impl Fs {
         };
         if flags & libc::O_TRUNC != 0 && kind == Some(FileKind::Regular) {
             let _op = e.op.lock_arc();
+            self.check_entry(&e, Change::Modify)?;
             self.truncate_locked(&e, 0)?;
         }
         self.count_open(&e)?;
@@ -427,6 +441,15 @@ impl Fs {
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
         let size = regular_size(&e)?;
+        // A descriptor opened before the file became append-only may not write either.
+        self.check_entry(
+            &e,
+            if h.opened_append {
+                Change::Append
+            } else {
+                Change::Modify
+            },
+        )?;
         if data.is_empty() {
             return Ok(0);
         }

@@ -382,6 +382,9 @@ impl Fs {
     pub(crate) fn background(fs: std::sync::Weak<Fs>) {
         loop {
             let Some(me) = fs.upgrade() else { return };
+            if me.is_shut_down() {
+                return;
+            }
             {
                 let mut stop = me.stop.0.lock();
                 if !*stop {

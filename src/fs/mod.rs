@@ -12,6 +12,7 @@ mod bmap;
 pub mod clean;
 mod dir;
 mod file;
+mod flags;
 mod flush;
 pub mod inode;
 mod kernel_refs;
@@ -88,7 +89,10 @@ pub(crate) struct FlushState {
 #[derive(Clone, Copy, Debug)]
 struct Handle {
     ino: u64,
+    /// Writes go to the end of the file (O_APPEND, unless the kernel's cache positions them).
     append: bool,
+    /// Opened with O_APPEND: writes to an append-only file are allowed.
+    opened_append: bool,
 }
 
 /// Counters for tests and the status command.
@@ -126,8 +130,10 @@ impl Recovery {
 /// A mounted DualFS. Every method takes `&self` and may be called from many threads.
 pub struct Fs {
     sb: Arc<Superblock>,
+    /// The devices, behind fences that `shutdown` cuts.
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
+    fences: [Arc<crate::device::fence::Fence>; 2],
     opts: MountOptions,
     /// Pointers per indirect block.
     ppb: u64,
@@ -139,6 +145,9 @@ pub struct Fs {
     ino_alloc: Mutex<InoAllocator>,
     /// The kernel's lookup counts: numbers it holds are not reused (kernel_refs.rs).
     kernel_refs: kernel_refs::KernelRefs,
+    /// Writes come from the kernel's write-back cache (`begin_kernel_session`): it positions
+    /// O_APPEND writes and keeps mtime and ctime of regular files itself.
+    writeback_cache: AtomicBool,
     gate: RwLock<()>,
     dirty: Mutex<HashMap<u64, Arc<InodeEntry>>>,
     /// Records of changes no block shows, in the order they happened.

@@ -26,7 +26,7 @@ fn fresh() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Fs>) {
 #[test]
 fn a_number_the_kernel_holds_is_not_reused_until_it_forgets() {
     let (_m, _d, fs) = fresh();
-    fs.begin_kernel_session();
+    fs.begin_kernel_session(false);
     let a = fs.mkdir(&U, ROOT, b"a", 0o755).unwrap();
     let again = fs.lookup(ROOT, b"a").unwrap();
     assert_eq!(again.ino, a.ino);
@@ -53,7 +53,7 @@ fn a_number_the_kernel_holds_is_not_reused_until_it_forgets() {
 #[test]
 fn entries_of_every_kind_are_counted() {
     let (_m, _d, fs) = fresh();
-    fs.begin_kernel_session();
+    fs.begin_kernel_session(false);
     let dir = fs.mkdir(&U, ROOT, b"d", 0o755).unwrap();
     let (f, fh) = fs.create(&U, dir.ino, b"f", 0o644, libc::O_RDWR).unwrap();
     fs.release(f.ino, fh).unwrap();
