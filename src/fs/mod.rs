@@ -306,6 +306,8 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
 }
 
 #[cfg(test)]
+mod flags_tests;
+#[cfg(test)]
 mod node_id_tests;
 #[cfg(test)]
 mod tests;

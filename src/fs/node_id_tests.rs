@@ -11,7 +11,8 @@ const U: Caller = Caller {
     pid: 0,
 };
 
-fn fresh() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Fs>) {
+/// A fresh file system on memory devices (the devices too, for remounts).
+pub(super) fn fresh() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Fs>) {
     let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(16 << 20));
     let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(16 << 20));
     let params = MkfsParams {
