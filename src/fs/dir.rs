@@ -191,10 +191,11 @@ impl Fs {
             }
             (st.d.gid, st.d.mode, st.d.group, st.d.nlink)
         };
-        self.check_entry(&pe, Change::Append)?;
         if is_dot(name) || self.lookup_entry(parent, name)?.is_some() {
             return Err(FsError::Errno(libc::EEXIST));
         }
+        // After EEXIST: create(2) of an existing name in an immutable directory opens it.
+        self.check_entry(&pe, Change::Append)?;
         if kind == FileKind::Directory && pnlink >= LINK_MAX {
             return Err(FsError::Errno(libc::EMLINK));
         }

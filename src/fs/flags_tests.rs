@@ -42,6 +42,28 @@ fn the_checks_follow_the_flags() {
 }
 
 #[test]
+fn an_immutable_directory_still_finds_existing_names_first() {
+    // The kernel sends CREATE for a name that appeared after its LOOKUP said it was absent:
+    // the existing file is opened, as open(O_CREAT) of an existing name does.
+    let (_m, _d, fs) = fresh();
+    let dir = fs.mkdir(&U, ROOT, b"d", 0o755).unwrap();
+    let (f, fh) = fs.create(&U, dir.ino, b"f", 0o644, libc::O_RDWR).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    fs.set_inode_flags(&Caller::ROOT, dir.ino, FLAG_IMMUTABLE)
+        .unwrap();
+    let (again, fh) = fs.create(&U, dir.ino, b"f", 0o644, libc::O_RDWR).unwrap();
+    assert_eq!(again.ino, f.ino);
+    fs.release(f.ino, fh).unwrap();
+    assert!(matches!(
+        fs.mkdir(&U, dir.ino, b"f", 0o755),
+        Err(FsError::Errno(libc::EEXIST))
+    ));
+    eperm(fs.mkdir(&U, dir.ino, b"g", 0o755));
+    eperm(fs.create(&U, dir.ino, b"g", 0o644, libc::O_RDWR));
+    fs.unmount().unwrap();
+}
+
+#[test]
 fn who_may_set_which_flags() {
     let (_m, _d, fs) = fresh();
     let (f, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
