@@ -60,7 +60,7 @@ impl KernelRefs {
         }
         let mut s = self.shard(ino).lock();
         let held = s.entry(ino).or_default();
-        debug_assert!(!held.freed, "a reference to freed inode {ino}");
+        assert!(!held.freed, "a kernel reference to freed inode {ino}");
         held.count += 1;
     }
 
