@@ -11,9 +11,9 @@ use crate::fs::{
 use crate::FsError;
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use log::{debug, info, warn};
 use std::ffi::OsStr;
@@ -36,6 +36,13 @@ pub struct FuseConfig {
     pub max_write: u32,
     /// Background requests (readahead, writeback) the kernel keeps in flight.
     pub max_background: u16,
+    /// Open files for direct I/O: every read and write reaches DualFS, none is served from the
+    /// page cache (for `strictatime`, which must see every read). Shared mappings still work
+    /// (FUSE_DIRECT_IO_ALLOW_MMAP).
+    pub direct_io: bool,
+    /// Let the kernel keep directory listings (FOPEN_CACHE_DIR); off, every listing reaches
+    /// DualFS.
+    pub cache_dir: bool,
 }
 
 impl Default for FuseConfig {
@@ -46,6 +53,8 @@ impl Default for FuseConfig {
             keep_cache: true,
             max_write: 1 << 20,
             max_background: 64,
+            direct_io: false,
+            cache_dir: true,
         }
     }
 }
@@ -57,7 +66,9 @@ pub struct DualFuse {
 }
 
 impl DualFuse {
+    /// The adapter for a FUSE session: the core counts the kernel's lookups from now on.
     pub fn new(fs: Arc<Fs>, config: FuseConfig) -> DualFuse {
+        fs.begin_kernel_session(config.writeback_cache);
         DualFuse { fs, config }
     }
 
@@ -81,7 +92,9 @@ impl DualFuse {
 
     fn fopen_flags(&self) -> FopenFlags {
         let mut f = FopenFlags::empty();
-        if self.config.keep_cache {
+        if self.config.direct_io {
+            f |= FopenFlags::FOPEN_DIRECT_IO;
+        } else if self.config.keep_cache {
             f |= FopenFlags::FOPEN_KEEP_CACHE;
         }
         // close(2) has nothing to do: data is on the device when write returns. Skipping
@@ -94,12 +107,12 @@ impl DualFuse {
 }
 
 /// The flags the core sees for an open. With the writeback cache the kernel reads through
-/// write-only handles (to fill partial pages) and applies O_APPEND itself.
+/// write-only handles (to fill partial pages); it applies O_APPEND itself, which the core
+/// knows (`Fs::begin_kernel_session`) and only checks against append-only files.
 fn core_open_flags(flags: i32, writeback_cache: bool) -> i32 {
     if !writeback_cache {
         return flags;
     }
-    let flags = flags & !libc::O_APPEND;
     if flags & libc::O_ACCMODE == libc::O_WRONLY {
         (flags & !libc::O_ACCMODE) | libc::O_RDWR
     } else {
@@ -245,6 +258,9 @@ impl Filesystem for DualFuse {
         ];
         if self.config.writeback_cache {
             wanted.push(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
+        if self.config.direct_io {
+            wanted.push(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         }
         // One at a time: a refusal rejects the whole set passed in.
         for capability in wanted {
@@ -576,9 +592,14 @@ impl Filesystem for DualFuse {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel may keep listings: every change to a directory goes through it.
+        let flags = if self.config.cache_dir {
+            FopenFlags::FOPEN_CACHE_DIR
+        } else {
+            FopenFlags::empty()
+        };
         match self.fs.opendir(&caller(req), ino.0) {
-            // The kernel may keep listings: every change to a directory goes through it.
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR),
+            Ok(fh) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(errno("opendir", ino.0, &e)),
         }
     }
@@ -689,6 +710,25 @@ impl Filesystem for DualFuse {
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let result = self.fs.access(&caller(req), ino.0, mask.bits());
         empty(reply, result, "access", ino.0);
+    }
+
+    /// Inode flags and FS_IOC_SHUTDOWN (`crate::ioctl`); fuser answers unrestricted ioctls
+    /// (CUSE only) itself.
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        match crate::ioctl::ioctl(&self.fs, &caller(req), ino.0, cmd, in_data, out_size) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(errno("ioctl", ino.0, &e)),
+        }
     }
 
     // No extended attributes in the core yet. ENOSYS makes the kernel stop asking (and
@@ -844,7 +884,10 @@ mod tests {
     fn writeback_cache_widens_write_only_opens() {
         let wo_append = libc::O_WRONLY | libc::O_APPEND;
         assert_eq!(core_open_flags(wo_append, false), wo_append);
-        assert_eq!(core_open_flags(wo_append, true), libc::O_RDWR);
+        assert_eq!(
+            core_open_flags(wo_append, true),
+            libc::O_RDWR | libc::O_APPEND
+        );
         let ro_trunc = libc::O_RDONLY | libc::O_TRUNC;
         assert_eq!(core_open_flags(ro_trunc, true), ro_trunc);
     }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod format;
 pub mod fs;
 pub mod fuse;
+pub mod ioctl;
 pub mod log;
 pub mod meta;
 pub mod mkfs;

@@ -42,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = f.entry(ino);
         }
         if n > 1 {
-            let _ = f.free_inode(n - 1);
+            let _ = f.free_inode(n - 1, 7);
         }
         for b in 0..f.file.len() {
             let _ = f.encode_block(b);

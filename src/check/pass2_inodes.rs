@@ -10,7 +10,7 @@
 use super::context::{list, Claims, LogReader, Sink};
 use super::findings::{Finding, Lost};
 use super::pass1_checkpoints::Loaded;
-use crate::format::inode::{check_inode_block, DiskInode};
+use crate::format::inode::{check_inode_block, DiskInode, KNOWN_INODE_FLAGS};
 use crate::format::meta::{
     entries16_per_block, IfileHeader, ImapEntry, SegUsage, IMAP_ALLOCATED, IMAP_ORPHAN,
 };
@@ -426,13 +426,17 @@ fn check_fields(sink: &mut Sink, log: &LogReader, ino: u64, info: &InodeInfo) {
     if info.orphan {
         sink.stats.orphans += 1;
     }
-    if d.flags != 0 || d.group as u64 >= log.sb.groups || (!info.is_dir() && d.parent != 0) {
+    let unknown_flags = d.flags & !KNOWN_INODE_FLAGS;
+    if unknown_flags != 0 || d.group as u64 >= log.sb.groups || (!info.is_dir() && d.parent != 0) {
         sink.found(Finding::InodeFields { ino });
     }
-    if d.flags != 0 {
+    if unknown_flags != 0 {
         sink.warning(
             NAME,
-            format!("inode {ino}: i_flags is {:#x}, not 0", d.flags),
+            format!(
+                "inode {ino}: i_flags {:#x} has unknown bits {unknown_flags:#x}",
+                d.flags
+            ),
         );
     }
     if d.group as u64 >= log.sb.groups {

@@ -409,6 +409,7 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
         c.stop();
     }
     let unmounted = fs.unmount();
+    let shut_down = fs.is_shut_down();
     // The devices' locks go with the last reference: free the images for the next mount or
     // mkfs before anything else.
     drop(fs);
@@ -422,15 +423,27 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
                     warn!("cannot remove {}: {}", pid_file.display(), describe_io(&e));
                 }
             }
+            let written = if shut_down {
+                warn!(
+                    "{} was shut down (FS_IOC_SHUTDOWN): nothing was written at unmount; the \
+                     next mount recovers from the log",
+                    plan.meta.display()
+                );
+                "the next mount recovers from the log"
+            } else {
+                "final checkpoint written"
+            };
             match ending {
                 Ending::Unmounted => {
-                    info!("clean unmount of {}", plan.meta.display());
+                    if !shut_down {
+                        info!("clean unmount of {}", plan.meta.display());
+                    }
                     ExitCode::SUCCESS
                 }
                 Ending::Aborted | Ending::Failed(_) => {
                     error!(
-                        "{} is consistent (final checkpoint written); exiting with status 1 \
-                         because the session did not end by an unmount",
+                        "{} is consistent ({written}); exiting with status 1 because the \
+                         session did not end by an unmount",
                         plan.meta.display()
                     );
                     ExitCode::from(1)

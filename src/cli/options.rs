@@ -19,7 +19,12 @@ pub struct MountSettings {
     pub dev: Option<bool>,
     pub suid: Option<bool>,
     pub exec: Option<bool>,
-    pub atime: Option<bool>,
+    /// `atime`/`noatime`/`relatime`/`strictatime`, the last one given.
+    pub atime: Option<Atime>,
+    /// `nodiratime` (`diratime` clears it).
+    pub nodiratime: bool,
+    /// `lazytime`: accepted; DualFS always logs time stamps with the next flush.
+    pub lazytime: bool,
     pub sync: Option<bool>,
     pub dirsync: bool,
     pub fsname: Option<String>,
@@ -31,6 +36,18 @@ pub struct MountSettings {
     pub ttl: Option<Duration>,
     /// Options that only mean something to mount(8), fstab or systemd, accepted and ignored.
     pub ignored: Vec<String>,
+}
+
+/// When reads update access times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Atime {
+    /// `noatime`: never.
+    Never,
+    /// `relatime` (the default; `atime` too): when the access time is older than the last
+    /// change, or a day old.
+    Relative,
+    /// `strictatime`: at every read.
+    Always,
 }
 
 /// Who besides the mounting user may use the mount.
@@ -49,9 +66,15 @@ Mount options (-o OPT[,OPT...], may be repeated; later options win):
   allow_other, allow_root    let every user, or root too, use the mount
   default_permissions        always on: the kernel checks permissions, DualFS does not
   dev, nodev, suid, nosuid   device files and set-id bits (off unless asked for)
-  exec, noexec, atime, noatime, sync, async
+  exec, noexec, sync, async
   dirsync                    every directory change (create, mkdir, mknod, symlink, link,
                              unlink, rmdir, rename) is durable when it returns; sync implies it
+  relatime, atime            update access times when older than the last change or a day
+                             old (the default)
+  noatime, strictatime       never update them; update them at every read (reads then bypass
+                             the kernel's page cache: slower)
+  nodiratime, diratime       never update directories' access times, or do (the default)
+  lazytime, nolazytime       accepted: DualFS writes time stamps with the next flush anyway
   fsname=NAME                source shown in /proc/mounts (default: the META path)
   subtype=NAME               file system subtype (default: dualfs)
   cache_size=SIZE            metadata cache budget, e.g. 512M or 2G (default 256M)
@@ -162,8 +185,22 @@ fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
         "nosuid" => flag(&mut s.suid, false)?,
         "exec" => flag(&mut s.exec, true)?,
         "noexec" => flag(&mut s.exec, false)?,
-        "atime" => flag(&mut s.atime, true)?,
-        "noatime" => flag(&mut s.atime, false)?,
+        "atime" | "relatime" | "noatime" | "strictatime" => {
+            no_value(key, value)?;
+            s.atime = Some(match key {
+                "noatime" => Atime::Never,
+                "strictatime" => Atime::Always,
+                _ => Atime::Relative,
+            });
+        }
+        "nodiratime" | "diratime" => {
+            no_value(key, value)?;
+            s.nodiratime = key == "nodiratime";
+        }
+        "lazytime" | "nolazytime" => {
+            no_value(key, value)?;
+            s.lazytime = key == "lazytime";
+        }
         "sync" => flag(&mut s.sync, true)?,
         "async" => flag(&mut s.sync, false)?,
         "dirsync" => {
@@ -291,7 +328,9 @@ impl MountSettings {
             (self.dev != Some(true), MsFlags::MS_NODEV),
             (self.suid != Some(true), MsFlags::MS_NOSUID),
             (self.exec == Some(false), MsFlags::MS_NOEXEC),
-            (self.atime == Some(false), MsFlags::MS_NOATIME),
+            (self.atime == Some(Atime::Never), MsFlags::MS_NOATIME),
+            (self.atime == Some(Atime::Always), MsFlags::MS_STRICTATIME),
+            (self.nodiratime, MsFlags::MS_NODIRATIME),
             (self.sync == Some(true), MsFlags::MS_SYNCHRONOUS),
             (self.dirsync, MsFlags::MS_DIRSYNC),
             (self.read_only, MsFlags::MS_RDONLY),
@@ -323,7 +362,12 @@ impl MountSettings {
             (self.dev, MountOption::Dev, MountOption::NoDev),
             (self.suid, MountOption::Suid, MountOption::NoSuid),
             (self.exec, MountOption::Exec, MountOption::NoExec),
-            (self.atime, MountOption::Atime, MountOption::NoAtime),
+            // The kernel leaves FUSE's access times to DualFS; this only shows in mount(8).
+            (
+                self.atime.map(|a| a != Atime::Never),
+                MountOption::Atime,
+                MountOption::NoAtime,
+            ),
             (self.sync, MountOption::Sync, MountOption::Async),
         ];
         for (setting, on, off) in toggles {
@@ -357,7 +401,9 @@ impl MountSettings {
             checkpoint_interval: self
                 .checkpoint_interval
                 .unwrap_or(defaults.checkpoint_interval),
-            noatime: self.atime == Some(false),
+            noatime: self.atime == Some(Atime::Never),
+            strictatime: self.atime == Some(Atime::Always),
+            nodiratime: self.nodiratime,
             // `sync` makes directory changes synchronous too, as on Linux (IS_DIRSYNC).
             dirsync: self.dirsync || self.sync == Some(true),
             ..defaults
@@ -369,6 +415,9 @@ impl MountSettings {
         FuseConfig {
             ttl: self.ttl.unwrap_or(defaults.ttl),
             writeback_cache: self.writeback_cache,
+            // strictatime must see every read and listing.
+            direct_io: self.atime == Some(Atime::Always),
+            cache_dir: self.atime != Some(Atime::Always),
             ..defaults
         }
     }
@@ -392,7 +441,7 @@ mod tests {
     fn lists_split_on_commas_and_repeat() {
         let s = parse(&["ro,noatime", "allow_other,cache_size=512M"]).unwrap();
         assert!(s.read_only);
-        assert_eq!(s.atime, Some(false));
+        assert_eq!(s.atime, Some(Atime::Never));
         assert_eq!(s.allow, Allow::Everyone);
         assert_eq!(s.cache_bytes, Some(512 << 20));
     }
@@ -465,6 +514,40 @@ mod tests {
             panic!()
         };
         assert!(e.message().contains("frobnicate"), "{e}");
+    }
+
+    #[test]
+    fn access_time_options() {
+        let s = parse(&["strictatime"]).unwrap();
+        assert!(s.core_options().strictatime && !s.core_options().noatime);
+        assert!(s.fuse_config().direct_io && !s.fuse_config().cache_dir);
+        // The last of noatime, atime, relatime, strictatime wins.
+        for (list, atime) in [
+            ("noatime,strictatime", Atime::Always),
+            ("strictatime,relatime", Atime::Relative),
+            ("strictatime,atime", Atime::Relative),
+            ("relatime,noatime", Atime::Never),
+        ] {
+            assert_eq!(parse(&[list]).unwrap().atime, Some(atime), "{list}");
+        }
+        let s = parse(&["relatime,nodiratime,lazytime"]).unwrap();
+        let core = s.core_options();
+        assert!(!core.noatime && !core.strictatime && core.nodiratime);
+        assert_eq!(s.fuse_config(), FuseConfig::default());
+        assert!(s.lazytime);
+        assert!(!parse(&["nodiratime,diratime"]).unwrap().nodiratime);
+        let meta = Path::new("/m");
+        assert!(parse(&["noatime"])
+            .unwrap()
+            .fuse_mount_options(meta)
+            .contains(&MountOption::NoAtime));
+        assert!(parse(&["strictatime"])
+            .unwrap()
+            .fuse_mount_options(meta)
+            .contains(&MountOption::Atime));
+        for bad in ["strictatime=1", "lazytime=yes", "nodiratime=0"] {
+            assert!(parse(&[bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::io;
 
+pub mod fence;
 pub mod file;
 #[cfg(test)]
 mod loop_for_tests;

@@ -4,6 +4,16 @@ use super::*;
 use crate::{FsError, Result};
 
 pub const NDIRECT: usize = 12;
+
+/// `i_flags` bits that are Linux's inode flags (`FS_*_FL`, as chattr(1) sets them).
+pub const FLAG_IMMUTABLE: u32 = 0x10;
+pub const FLAG_APPEND: u32 = 0x20;
+pub const FLAG_NODUMP: u32 = 0x40;
+pub const FLAG_NOATIME: u32 = 0x80;
+/// The flags FS_IOC_SETFLAGS may change.
+pub const CHATTR_FLAGS: u32 = FLAG_IMMUTABLE | FLAG_APPEND | FLAG_NODUMP | FLAG_NOATIME;
+/// Every `i_flags` bit with a meaning; the checker reports (and fsck clears) the others.
+pub const KNOWN_INODE_FLAGS: u32 = CHATTR_FLAGS;
 const CRC_OFF: usize = 252;
 const INLINE_OFF: usize = 112;
 

@@ -29,8 +29,9 @@ impl Descriptor {
 /// Changes a transaction makes that no block shows (docs/FORMAT.md "Record").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// An inode number becomes free.
-    IFree { ino: u64 },
+    /// An inode number becomes free; `generation` is that of the use that ends (0 in logs
+    /// written before it was recorded: the entry keeps its generation).
+    IFree { ino: u64, generation: u32 },
     /// A tree node id becomes free.
     NFree { node: u64 },
     /// A run of whole log blocks dies.
@@ -46,7 +47,7 @@ pub enum Record {
 impl Record {
     fn encode(&self, e: &mut [u8]) {
         let (t, a, b) = match *self {
-            Record::IFree { ino } => (1u8, ino, 0u64),
+            Record::IFree { ino, generation } => (1u8, ino, u64::from(generation)),
             Record::NFree { node } => (2, node, 0),
             Record::Dead { addr, count } => (3, addr, count),
             Record::DAlloc { start, count } => (4, start, count),
@@ -62,7 +63,17 @@ impl Record {
     fn decode(e: &[u8]) -> Result<Record> {
         let (a, b) = (get_u64(e, 8), get_u64(e, 16));
         Ok(match e[0] {
-            1 => Record::IFree { ino: a },
+            // A generation is 32 bits; wider values are damage, and a generation of 0
+            // (older logs) changes nothing.
+            1 => Record::IFree {
+                ino: a,
+                generation: u32::try_from(b).map_err(|_| {
+                    FsError::corrupt(
+                        "segment summary",
+                        format!("inode {a} freed with generation {b}"),
+                    )
+                })?,
+            },
             2 => Record::NFree { node: a },
             3 => Record::Dead { addr: a, count: b },
             4 => Record::DAlloc { start: a, count: b },
@@ -238,7 +249,10 @@ mod tests {
             })
             .collect();
         let records = vec![
-            Record::IFree { ino: 5 },
+            Record::IFree {
+                ino: 5,
+                generation: 7,
+            },
             Record::Dead {
                 addr: 900,
                 count: 3,

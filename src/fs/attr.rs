@@ -1,6 +1,7 @@
 //! Attributes: getattr, setattr, access, statfs.
 
 use super::clean::Admit;
+use super::flags::Change;
 use super::inode::to_disk_time;
 use super::types::*;
 use super::Fs;
@@ -39,6 +40,7 @@ impl Fs {
         })?;
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
+        self.check_entry(&e, self.setattr_change(&e, set))?;
         if let Some(size) = set.size {
             match e.state.read().d.mode & libc::S_IFMT {
                 libc::S_IFREG => {}
@@ -72,6 +74,29 @@ impl Fs {
         st.d.ctime = to_disk_time(set.ctime.unwrap_or(now));
         self.mark_dirty(&e, &mut st);
         Ok(self.attr_of(&st.d))
+    }
+
+    /// What a setattr does, as the immutable and append-only flags judge it. Setting times to
+    /// now is an append (as `touch` of an append-only file is allowed); so is the mtime/ctime
+    /// the kernel's write-back cache keeps for a regular file and pushes, which reaches
+    /// DualFS as an explicit time.
+    fn setattr_change(&self, e: &super::inode::InodeEntry, set: &SetAttr) -> Change {
+        let kernel_times = self
+            .writeback_cache
+            .load(std::sync::atomic::Ordering::Acquire)
+            && e.state.read().d.mode & libc::S_IFMT == libc::S_IFREG;
+        let explicit = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
+        if set.mode.is_some()
+            || set.uid.is_some()
+            || set.gid.is_some()
+            || set.size.is_some()
+            || explicit(set.atime)
+            || (explicit(set.mtime) && !kernel_times)
+        {
+            Change::Modify
+        } else {
+            Change::Append
+        }
     }
 
     /// access(2): `mask` is a combination of R_OK, W_OK, X_OK (or F_OK).

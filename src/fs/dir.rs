@@ -5,6 +5,7 @@
 //! under it, the change itself under the gate so it lands in one transaction.
 
 use super::clean::Admit;
+use super::flags::Change;
 use super::inode::{from_disk_time, to_disk_time, InodeEntry};
 use super::types::*;
 use super::{lock_ops, Fs};
@@ -80,29 +81,63 @@ impl Fs {
         self.tree.lookup(&self.nodes(), parent, name)
     }
 
+    /// The entry `name` in `parent`, counted as a kernel reference (`forget`). "." is `parent`
+    /// itself, of any type: the kernel asks for it to find an inode from a file handle (and
+    /// ".." for the parent of a directory found so); ENOENT, which it turns into ESTALE, once
+    /// the number is free.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         self.alive()?;
         if name.len() > NAME_MAX {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
-        let p = self.dir(parent)?;
         let ino = match name {
             b"." => parent,
-            b".." => p.state.read().d.parent,
+            b".." => self.dir(parent)?.state.read().d.parent,
             _ => {
+                self.dir(parent)?;
                 self.lookup_entry(parent, name)?
                     .ok_or(FsError::Errno(libc::ENOENT))?
                     .ino
             }
         };
         let e = self.inode(ino)?;
-        let a = self.attr_of(&e.state.read().d);
-        Ok(a)
+        self.kernel_entry(&e)
     }
 
-    /// The kernel dropped `n` references obtained by lookup/create/readdirplus. DualFS keeps
-    /// no per-reference state: inodes are freed by link and open counts.
-    pub fn forget(&self, _ino: u64, _n: u64) {}
+    /// The attributes of `e` handed out as an entry: one kernel reference, taken while `e` is
+    /// seen alive (kernel_refs.rs). ENOENT if it was freed meanwhile.
+    fn kernel_entry(&self, e: &InodeEntry) -> Result<Attr> {
+        let st = e.state.read();
+        if st.deleted {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        self.kernel_refs.take(e.ino);
+        Ok(self.attr_of(&st.d))
+    }
+
+    /// The kernel is the caller from now on (a FUSE session): the entries handed out are
+    /// references it gives back with `forget`, and numbers it holds are not reused
+    /// (kernel_refs.rs). With `writeback_cache` its page cache positions O_APPEND writes (the
+    /// core only checks that an append-only file is opened with O_APPEND) and keeps regular
+    /// files' mtime and ctime, which it pushes with SETATTR.
+    pub fn begin_kernel_session(&self, writeback_cache: bool) {
+        self.kernel_refs.enable();
+        self.writeback_cache
+            .store(writeback_cache, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The kernel dropped `n` references to `ino` (entries it was handed). A freed inode's
+    /// number becomes reusable with the last one.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if self.kernel_refs.forget(ino, n) {
+            self.ino_alloc.lock().release(vec![ino]);
+        }
+    }
+
+    /// (inode numbers the kernel holds, of which freed ones waiting for its FORGET)
+    pub fn kernel_references(&self) -> (usize, usize) {
+        self.kernel_refs.counts()
+    }
 
     /// Take a free inode number, with the generation it gets next and its home group: a new
     /// directory's is picked near `parent_group` (ext2's spreading), anything else's is its
@@ -130,7 +165,10 @@ impl Fs {
         Ok((ino, generation, group))
     }
 
-    /// Make a new inode named `name` in `parent`.
+    /// Make a new inode named `name` in `parent` (opened once when `open`) and return its
+    /// attributes as a kernel entry. Both happen before the parent is unlocked, so nobody can
+    /// remove the new name first.
+    #[allow(clippy::too_many_arguments)]
     fn make_node(
         &self,
         caller: &Caller,
@@ -139,7 +177,8 @@ impl Fs {
         mode: u32,
         rdev: u32,
         target: Option<&[u8]>,
-    ) -> Result<Arc<InodeEntry>> {
+        open: bool,
+    ) -> Result<(Arc<InodeEntry>, Attr)> {
         let _admitted = self.admit(Admit::Change)?;
         check_name(name)?;
         let kind = FileKind::from_mode(mode).ok_or(FsError::Errno(libc::EINVAL))?;
@@ -155,6 +194,8 @@ impl Fs {
         if is_dot(name) || self.lookup_entry(parent, name)?.is_some() {
             return Err(FsError::Errno(libc::EEXIST));
         }
+        // After EEXIST: create(2) of an existing name in an immutable directory opens it.
+        self.check_entry(&pe, Change::Append)?;
         if kind == FileKind::Directory && pnlink >= LINK_MAX {
             return Err(FsError::Errno(libc::EMLINK));
         }
@@ -220,12 +261,17 @@ impl Fs {
                     .div_ceil(symlink_bytes_per_block(self.sb.block_size)) as u64,
             );
         }
-        {
+        let attr = {
             let mut st = e.state.write();
             st.target_dirty = long_target.is_some();
             st.long_target = long_target;
+            if open {
+                st.opens += 1;
+            }
             self.mark_dirty(&e, &mut st);
-        }
+            self.kernel_refs.take(ino);
+            self.attr_of(&st.d)
+        };
         {
             let mut pst = pe.state.write();
             pst.d.size += 1;
@@ -242,11 +288,7 @@ impl Fs {
                 delta: 1,
             });
         }
-        Ok(e)
-    }
-
-    fn entry_attr(&self, e: &InodeEntry) -> Attr {
-        self.attr_of(&e.state.read().d)
+        Ok((e, attr))
     }
 
     /// `mode` includes the file type bits; the caller already applied the umask.
@@ -266,20 +308,21 @@ impl Fs {
         } else {
             mode
         };
-        let e = self.make_node(caller, parent, name, mode, rdev, None)?;
-        self.dir_changed(self.entry_attr(&e))
+        let (_, attr) = self.make_node(caller, parent, name, mode, rdev, None, false)?;
+        self.dir_changed(attr)
     }
 
     pub fn mkdir(&self, caller: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        let e = self.make_node(
+        let (_, attr) = self.make_node(
             caller,
             parent,
             name,
             libc::S_IFDIR | (mode & 0o7777),
             0,
             None,
+            false,
         )?;
-        self.dir_changed(self.entry_attr(&e))
+        self.dir_changed(attr)
     }
 
     pub fn symlink(
@@ -295,8 +338,9 @@ impl Fs {
         if target.len() > SYMLINK_MAX {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
-        let e = self.make_node(caller, parent, name, libc::S_IFLNK | 0o777, 0, Some(target))?;
-        self.dir_changed(self.entry_attr(&e))
+        let mode = libc::S_IFLNK | 0o777;
+        let (_, attr) = self.make_node(caller, parent, name, mode, 0, Some(target), false)?;
+        self.dir_changed(attr)
     }
 
     /// Create and open a regular file (`mode` with the umask applied). With O_EXCL an existing
@@ -316,19 +360,25 @@ impl Fs {
             libc::S_IFREG | (mode & 0o7777),
             0,
             None,
+            true,
         ) {
-            Ok(e) => {
-                e.state.write().opens += 1;
+            Ok((e, attr)) => {
                 let fh = self.new_handle(e.ino, flags);
-                self.dir_changed((self.entry_attr(&e), fh))
+                self.dir_changed((attr, fh))
             }
             Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
                 let v = self
                     .lookup_entry(parent, name)?
                     .ok_or(FsError::Errno(libc::ENOENT))?;
                 let fh = self.open(caller, v.ino, flags)?;
-                let e = self.inode(v.ino)?;
-                Ok((self.entry_attr(&e), fh))
+                // Open, it cannot be freed: the entry is always there to hand out.
+                match self.inode(v.ino).and_then(|e| self.kernel_entry(&e)) {
+                    Ok(attr) => Ok((attr, fh)),
+                    Err(e) => {
+                        let _ = self.release(v.ino, fh);
+                        Err(e)
+                    }
+                }
             }
             Err(e) => Err(e),
         }
@@ -394,6 +444,8 @@ impl Fs {
         if pe.state.read().d.nlink == 0 {
             return Err(FsError::Errno(libc::ENOENT));
         }
+        self.check_entry(&ce, Change::Modify)?;
+        self.check_entry(&pe, Change::Append)?;
         if is_dot(new_name) || self.lookup_entry(new_parent, new_name)?.is_some() {
             return Err(FsError::Errno(libc::EEXIST));
         }
@@ -423,6 +475,7 @@ impl Fs {
             st.d.nlink += 1;
             st.d.ctime = now;
             self.mark_dirty(&ce, &mut st);
+            self.kernel_refs.take(ino);
             self.attr_of(&st.d)
         };
         let mut pst = pe.state.write();
@@ -468,6 +521,7 @@ impl Fs {
         if v.kind == FileKind::Directory.code() {
             return Err(FsError::Errno(libc::EISDIR));
         }
+        self.check_removal(&pe, &ce)?;
         let last = {
             let st = ce.state.read();
             st.d.nlink <= 1 && st.opens == 0
@@ -481,6 +535,13 @@ impl Fs {
         self.entry_removed(&pe, false, now);
         self.drop_link(&ce, now);
         Ok(())
+    }
+
+    /// May `ce`'s name in `pe` go (unlink, rmdir, a rename away or over it)? Not if either is
+    /// immutable or append-only.
+    pub(crate) fn check_removal(&self, pe: &InodeEntry, ce: &InodeEntry) -> Result<()> {
+        self.check_entry(pe, Change::Modify)?;
+        self.check_entry(ce, Change::Modify)
     }
 
     /// Directory `pe` lost an entry (a subdirectory's when `subdir`, taking its '..' link).
@@ -536,6 +597,7 @@ impl Fs {
         if v.kind != FileKind::Directory.code() {
             return Err(FsError::Errno(libc::ENOTDIR));
         }
+        self.check_removal(&pe, &ce)?;
         if ce.state.read().d.size > 0 {
             return Err(FsError::Errno(libc::ENOTEMPTY));
         }
@@ -547,15 +609,20 @@ impl Fs {
         Ok(())
     }
 
+    /// Open a directory. Like an open file, an open directory outlives its last name (rmdir,
+    /// or a rename over it): fstat still shows it, with no links, until it is closed.
     pub fn opendir(&self, _caller: &Caller, ino: u64) -> Result<u64> {
         self.alive()?;
-        self.dir(ino)?;
+        let e = self.dir(ino)?;
+        self.count_open(&e)?;
         Ok(self.new_handle(ino, 0))
     }
 
-    pub fn releasedir(&self, _ino: u64, fh: u64) -> Result<()> {
-        self.handles.lock().remove(&fh);
-        Ok(())
+    pub fn releasedir(&self, ino: u64, fh: u64) -> Result<()> {
+        match self.handles.lock().remove(&fh) {
+            Some(_) => self.closed(ino),
+            None => Ok(()),
+        }
     }
 
     /// List entries after `offset` (0 = from the start; else a cookie returned earlier),
@@ -573,7 +640,8 @@ impl Fs {
     ) -> Result<()> {
         self.alive()?;
         let e = self.dir(ino)?;
-        if offset == 0 {
+        // A listing is one access (Linux counts every getdents call with strictatime).
+        if offset == 0 || self.opts.strictatime {
             self.touch_atime(&e);
         }
         let parent = e.state.read().d.parent;
@@ -631,7 +699,9 @@ impl Fs {
         }
     }
 
-    /// readdir that also returns each entry's attributes.
+    /// readdir that also returns each entry's attributes. Every entry `add` accepts but "."
+    /// and ".." is a kernel reference (`forget`). An entry whose inode went between reading
+    /// its name and its inode is left out, as if listed a moment later.
     pub fn readdirplus(
         &self,
         ino: u64,
@@ -639,12 +709,24 @@ impl Fs {
         add: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
     ) -> Result<()> {
         let mut err = None;
-        self.readdir(ino, offset, &mut |ent| match self.inode(ent.ino) {
-            Ok(e) => add(ent, &self.attr_of(&e.state.read().d)),
-            Err(x) => {
-                err = Some(x);
-                false
+        self.readdir(ino, offset, &mut |ent| {
+            let e = match self.inode(ent.ino) {
+                Ok(e) => e,
+                Err(FsError::Errno(libc::ENOENT)) if !is_dot(&ent.name) => return true,
+                Err(x) => {
+                    err = Some(x);
+                    return false;
+                }
+            };
+            let st = e.state.read();
+            if st.deleted && !is_dot(&ent.name) {
+                return true;
             }
+            let accepted = add(ent, &self.attr_of(&st.d));
+            if accepted && !is_dot(&ent.name) {
+                self.kernel_refs.take(ent.ino);
+            }
+            accepted
         })?;
         match err {
             Some(e) => Err(e),

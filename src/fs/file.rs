@@ -7,10 +7,12 @@
 
 use super::bmap::{self, Need};
 use super::clean::Admit;
+use super::flags::Change;
 use super::inode::{InodeEntry, InodeState, PtrBlock};
 use super::types::*;
 use super::{Fs, Handle};
 use crate::format::bmap::{max_blocks, parent, Parent};
+use crate::format::inode::FLAG_NOATIME;
 use crate::format::meta::decode_pointer_block;
 use crate::format::summary::Record;
 use crate::format::{BlockHeader, BlockKind};
@@ -42,17 +44,21 @@ impl Fs {
 
     pub(crate) fn new_handle(&self, ino: u64, flags: i32) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::AcqRel);
+        let opened_append = flags & libc::O_APPEND != 0;
         self.handles.lock().insert(
             fh,
             Handle {
                 ino,
-                append: flags & libc::O_APPEND != 0,
+                append: opened_append && !self.writeback_cache.load(Ordering::Acquire),
+                opened_append,
             },
         );
         fh
     }
 
     /// Open an existing file; `flags` are the open(2) flags (O_TRUNC, O_APPEND honoured).
+    /// An immutable file opens for reading only; an append-only one for writing with
+    /// O_APPEND only, never with O_TRUNC.
     pub fn open(&self, _caller: &Caller, ino: u64, flags: i32) -> Result<u64> {
         self.alive()?;
         let e = self.inode(ino)?;
@@ -60,6 +66,14 @@ impl Fs {
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if kind == Some(FileKind::Directory) && writing {
             return Err(FsError::Errno(libc::EISDIR));
+        }
+        if writing {
+            let change = if flags & libc::O_APPEND != 0 && flags & libc::O_TRUNC == 0 {
+                Change::Append
+            } else {
+                Change::Modify
+            };
+            self.check_entry(&e, change)?;
         }
         // Opening to write takes no log space (each write is admitted); truncating frees.
         let _admitted = match (writing, flags & libc::O_TRUNC != 0) {
@@ -72,16 +86,34 @@ impl Fs {
         };
         if flags & libc::O_TRUNC != 0 && kind == Some(FileKind::Regular) {
             let _op = e.op.lock_arc();
+            self.check_entry(&e, Change::Modify)?;
             self.truncate_locked(&e, 0)?;
         }
-        e.state.write().opens += 1;
+        self.count_open(&e)?;
         Ok(self.new_handle(ino, flags))
+    }
+
+    /// One more open handle of `e`, which keeps it (and its attributes) when its last name
+    /// goes; ENOENT if it went already.
+    pub(crate) fn count_open(&self, e: &InodeEntry) -> Result<()> {
+        let mut st = e.state.write();
+        if st.deleted {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
+        st.opens += 1;
+        Ok(())
     }
 
     pub fn release(&self, ino: u64, fh: u64) -> Result<()> {
         if self.handles.lock().remove(&fh).is_none() {
             return Err(FsError::Errno(libc::EBADF));
         }
+        self.closed(ino)
+    }
+
+    /// A handle of `ino` (file or directory) was closed. The last one returns the file's
+    /// reservation window, and frees an inode whose last name went while it was open.
+    pub(crate) fn closed(&self, ino: u64) -> Result<()> {
         let Some(e) = self.inodes.get(ino) else {
             return Ok(());
         };
@@ -208,7 +240,13 @@ impl Fs {
                 delta: -1,
             });
         }
-        recs.push(Record::IFree { ino: e.ino });
+        // The generation goes with the free, so the number's next use gets a newer one even
+        // if this use never reached the log (the kernel and file handles tell uses apart by
+        // it).
+        recs.push(Record::IFree {
+            ino: e.ino,
+            generation: st.d.generation,
+        });
         drop(recs);
         if let Some((next, end)) = st.window.take() {
             self.tables.lock().data.unreserve(next, end - next);
@@ -234,16 +272,24 @@ impl Fs {
         Ok(())
     }
 
-    /// Update the access time after a read, as Linux's `relatime` does: when it is not newer
-    /// than the last change, or more than a day old. Costs a log write only then.
+    /// Update the access time after a read or listing: with `strictatime` always, else as
+    /// Linux's `relatime` does, when it is not newer than the last change or more than a day
+    /// old; never with `noatime`, for an inode flagged FS_NOATIME_FL, or for a directory with
+    /// `nodiratime`. The new time reaches the log with the next flush, like every change.
     pub(crate) fn touch_atime(&self, e: &Arc<InodeEntry>) {
         if self.opts.noatime || self.opts.read_only || self.alive().is_err() {
             return;
         }
         let now = Timespec::now();
         let stale = |st: &InodeState| {
+            if st.d.flags & FLAG_NOATIME != 0
+                || (self.opts.nodiratime && st.d.mode & libc::S_IFMT == libc::S_IFDIR)
+            {
+                return false;
+            }
             let a = super::inode::from_disk_time(st.d.atime);
-            a <= super::inode::from_disk_time(st.d.mtime)
+            self.opts.strictatime
+                || a <= super::inode::from_disk_time(st.d.mtime)
                 || a <= super::inode::from_disk_time(st.d.ctime)
                 || now.sec - a.sec >= 24 * 3600
         };
@@ -395,6 +441,15 @@ impl Fs {
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
         let size = regular_size(&e)?;
+        // A descriptor opened before the file became append-only may not write either.
+        self.check_entry(
+            &e,
+            if h.opened_append {
+                Change::Append
+            } else {
+                Change::Modify
+            },
+        )?;
         if data.is_empty() {
             return Ok(0);
         }

@@ -332,7 +332,12 @@ impl Fs {
             self.inodes.remove(ino);
         }
         // Only now can a freed number be reused: its tombstone no longer occupies the cache.
-        self.ino_alloc.lock().release(freed_inos);
+        // Numbers the kernel still holds wait for its FORGET.
+        let reusable: Vec<u64> = freed_inos
+            .into_iter()
+            .filter(|&ino| !self.kernel_refs.park_if_held(ino))
+            .collect();
+        self.ino_alloc.lock().release(reusable);
         fl.segments_since_ckpt += plan.segments.len() as u64 - 1;
         let mut s = self.stats.lock();
         s.flushes += 1;
@@ -401,6 +406,9 @@ impl Fs {
     pub(crate) fn background(fs: std::sync::Weak<Fs>) {
         loop {
             let Some(me) = fs.upgrade() else { return };
+            if me.is_shut_down() {
+                return;
+            }
             {
                 let mut stop = me.stop.0.lock();
                 if !*stop {

@@ -12,8 +12,10 @@ mod bmap;
 pub mod clean;
 mod dir;
 mod file;
+mod flags;
 mod flush;
 pub mod inode;
+mod kernel_refs;
 mod mount;
 mod rename;
 mod repair;
@@ -49,11 +51,18 @@ pub struct MountOptions {
     pub checkpoint_interval: Duration,
     /// Also checkpoint after this many segments of log.
     pub checkpoint_segments: u64,
-    /// Never update access times (`noatime`); otherwise they follow Linux's `relatime`.
+    /// Never update access times (`noatime`); otherwise they follow Linux's `relatime`, or
+    /// `strictatime`. An inode flagged FS_NOATIME_FL never gets them either.
     pub noatime: bool,
     /// Make every directory change (create, mknod, mkdir, symlink, link, unlink, rmdir,
     /// rename) durable before it returns (`dirsync`, and `sync`, which implies it).
     pub dirsync: bool,
+    /// Update the access time at every read and listing (`strictatime`). The kernel only asks
+    /// DualFS for reads its page cache cannot serve, so the adapter then opens files for
+    /// direct I/O and keeps no directory listings.
+    pub strictatime: bool,
+    /// Never update directories' access times (`nodiratime`).
+    pub nodiratime: bool,
 }
 
 impl Default for MountOptions {
@@ -66,6 +75,8 @@ impl Default for MountOptions {
             checkpoint_segments: 32,
             noatime: false,
             dirsync: false,
+            strictatime: false,
+            nodiratime: false,
         }
     }
 }
@@ -82,7 +93,10 @@ pub(crate) struct FlushState {
 #[derive(Clone, Copy, Debug)]
 struct Handle {
     ino: u64,
+    /// Writes go to the end of the file (O_APPEND, unless the kernel's cache positions them).
     append: bool,
+    /// Opened with O_APPEND: writes to an append-only file are allowed.
+    opened_append: bool,
 }
 
 /// Counters for tests and the status command.
@@ -120,8 +134,10 @@ impl Recovery {
 /// A mounted DualFS. Every method takes `&self` and may be called from many threads.
 pub struct Fs {
     sb: Arc<Superblock>,
+    /// The devices, behind fences that `shutdown` cuts.
     meta: Arc<dyn BlockDevice>,
     data: Arc<dyn BlockDevice>,
+    fences: [Arc<crate::device::fence::Fence>; 2],
     opts: MountOptions,
     /// Pointers per indirect block.
     ppb: u64,
@@ -131,6 +147,11 @@ pub struct Fs {
     /// Inode blocks recently read.
     inode_blocks: blockcache::BlockCache,
     ino_alloc: Mutex<InoAllocator>,
+    /// The kernel's lookup counts: numbers it holds are not reused (kernel_refs.rs).
+    kernel_refs: kernel_refs::KernelRefs,
+    /// Writes come from the kernel's write-back cache (`begin_kernel_session`): it positions
+    /// O_APPEND writes and keeps mtime and ctime of regular files itself.
+    writeback_cache: AtomicBool,
     gate: RwLock<()>,
     dirty: Mutex<HashMap<u64, Arc<InodeEntry>>>,
     /// Records of changes no block shows, in the order they happened.
@@ -288,5 +309,9 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
     v.into_iter().map(|e| e.op.lock_arc()).collect()
 }
 
+#[cfg(test)]
+mod flags_tests;
+#[cfg(test)]
+mod node_id_tests;
 #[cfg(test)]
 mod tests;

@@ -3,6 +3,7 @@
 use super::inode::{InoAllocator, InodeCache, InodeEntry};
 use super::{FlushState, Fs, MountOptions, Recovery, Stats};
 use crate::betree::BeTree;
+use crate::device::fence::Fence;
 use crate::device::BlockDevice;
 use crate::format::meta::{pointers_per_block, IMAP_ORPHAN, SEG_ACTIVE};
 use crate::format::superblock::{Role, Superblock};
@@ -135,6 +136,9 @@ impl Fs {
     ) -> Fs {
         let free: Vec<u64> = tables.ifile.free.iter().copied().collect();
         let next_new = tables.ifile.imap.len() as u64;
+        let fences = [meta, data].map(|d| Arc::new(Fence::new(d)));
+        let meta: Arc<dyn BlockDevice> = fences[0].clone();
+        let data: Arc<dyn BlockDevice> = fences[1].clone();
         let writer = LogWriter::new(sb.clone(), meta.clone(), head);
         Fs {
             ppb: pointers_per_block(sb.block_size) as u64,
@@ -145,6 +149,8 @@ impl Fs {
                 (opts.cache_bytes / 8 / sb.block_size as u64) as usize,
             ),
             ino_alloc: Mutex::new(InoAllocator::new(free, next_new)),
+            kernel_refs: Default::default(),
+            writeback_cache: AtomicBool::new(false),
             gate: RwLock::new(()),
             dirty: Mutex::new(HashMap::new()),
             records: Mutex::new(Vec::new()),
@@ -171,6 +177,7 @@ impl Fs {
             sb,
             meta,
             data,
+            fences,
             opts,
         }
     }
@@ -310,7 +317,31 @@ impl Fs {
         self.checkpoint(false)
     }
 
-    /// Write everything and a clean checkpoint. Later calls fail with EIO.
+    /// Stop every write now, as a power failure would (FS_IOC_SHUTDOWN, "going down"): once
+    /// this returns nothing more reaches either device (writes under way finish first), every
+    /// later operation fails with EIO, and unmount writes nothing. The next mount recovers from
+    /// the log as after a crash: what was durable before (fsync'd, or logged by a completed
+    /// flush) is there.
+    pub fn shutdown(&self) {
+        {
+            let mut failed = self.failed.lock();
+            if failed.is_none() {
+                *failed = Some("the file system was shut down (FS_IOC_SHUTDOWN)".into());
+            }
+        }
+        for f in &self.fences {
+            f.cut();
+        }
+        log::warn!("shut down: nothing more is written to either device");
+    }
+
+    /// `shutdown` was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.fences.iter().any(|f| f.is_cut())
+    }
+
+    /// Write everything and a clean checkpoint. Later calls fail with EIO. After `shutdown`
+    /// nothing is written and the next mount recovers.
     pub fn unmount(&self) -> Result<()> {
         if self.unmounted.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -321,6 +352,10 @@ impl Fs {
             let _ = h.join();
         }
         if self.opts.read_only {
+            return Ok(());
+        }
+        if self.is_shut_down() {
+            log::warn!("unmounting a file system that was shut down: no final checkpoint");
             return Ok(());
         }
         // Reserved but unused data blocks go back (in memory only; nothing durable names them).

@@ -108,6 +108,13 @@ impl Fs {
         if flags.noreplace && dst.is_some() {
             return Err(FsError::Errno(libc::EEXIST));
         }
+        // The source's name goes; the target's too if there is one (with an exchange, both
+        // move), or the new directory gains one.
+        self.check_removal(&pe, &se)?;
+        match &de {
+            Some(d) => self.check_removal(&npe, d)?,
+            None => self.check_entry(&npe, super::flags::Change::Append)?,
+        }
         let src_dir = src.kind == DIR;
         let dst_dir = dst.is_some_and(|d| d.kind == DIR);
         // A directory may not move below itself.

@@ -123,15 +123,28 @@ impl Ifile {
         prev
     }
 
-    /// Free `ino`; returns the address it had.
-    pub fn free_inode(&mut self, ino: u64) -> Option<u64> {
+    /// Free `ino`, whose use of the number had `generation` (0: unknown, the entry keeps its
+    /// own); returns the address it had. The entry keeps the generation, also for a use that
+    /// never reached the log, so the number's next use gets a newer one.
+    pub fn free_inode(&mut self, ino: u64, generation: u32) -> Option<u64> {
+        if generation != 0 {
+            self.grow_imap(ino + 1);
+        }
         let old = *self.imap.get(ino as usize)?;
         if !old.allocated() {
+            if generation != 0 && old.generation != generation {
+                self.imap[ino as usize].generation = generation;
+                self.file.mark_dirty(self.imap_block(ino));
+            }
             return None;
         }
         self.imap[ino as usize] = ImapEntry {
             addr: 0,
-            generation: old.generation,
+            generation: if generation != 0 {
+                generation
+            } else {
+                old.generation
+            },
             slot: 0,
             flags: 0,
         };

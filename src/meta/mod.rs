@@ -146,9 +146,9 @@ impl Tables {
         }
         for r in records {
             match *r {
-                Record::IFree { ino } => {
+                Record::IFree { ino, generation } => {
                     self.check_ino(ino)?;
-                    if let Some(old) = self.ifile.free_inode(ino) {
+                    if let Some(old) = self.ifile.free_inode(ino, generation) {
                         let old_seg = self.seg(old);
                         self.ifile.add_live(old_seg, -Ifile::INODE_BYTES, now)?;
                     }

@@ -54,6 +54,7 @@ pub fn errno_name(e: i32) -> String {
         libc::ENOTCONN => "ENOTCONN",
         libc::ETXTBSY => "ETXTBSY",
         libc::EFBIG => "EFBIG",
+        libc::ESTALE => "ESTALE",
         _ => "",
     };
     format!("{name}({e}: {})", io::Error::from_raw_os_error(e))

@@ -688,7 +688,9 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
                 }
             }
             Finding::InodeFields { ino } if !doomed.contains(&ino) && good.contains_key(&ino) => {
-                let m = format!("inode {ino}: i_flags, home group or '..' field corrected");
+                let m = format!(
+                    "inode {ino}: unknown i_flags bits cleared, home group or '..' field corrected"
+                );
                 if want(FixClass::Inodes, m.clone()) {
                     session.push(Planned {
                         class: FixClass::Inodes,

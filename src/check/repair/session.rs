@@ -67,7 +67,7 @@ pub fn run(
     for p in &plan.tables {
         match p.fix {
             TableFix::FreeLostInode { ino } => {
-                t.ifile.free_inode(ino);
+                t.ifile.free_inode(ino, 0);
                 freed.insert(ino);
             }
             TableFix::FixImapEntry {
@@ -243,7 +243,7 @@ fn apply(
         SessionFix::InodeFields { ino } => {
             let groups = fs.superblock().groups;
             fs.repair_inode(*ino, |d| {
-                d.flags = 0;
+                d.flags &= crate::format::inode::KNOWN_INODE_FLAGS;
                 if d.group as u64 >= groups {
                     d.group = 0;
                 }

@@ -271,7 +271,10 @@ fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
                         let a = interesting(&mut rng, nblocks);
                         let c = interesting(&mut rng, nblocks);
                         s.records[i] = match rng.gen_range(0..6) {
-                            0 => Record::IFree { ino: a },
+                            0 => Record::IFree {
+                                ino: a,
+                                generation: c as u32,
+                            },
                             1 => Record::NFree { node: a },
                             2 => Record::Dead { addr: a, count: c },
                             3 => Record::DAlloc { start: a, count: c },

@@ -566,15 +566,27 @@ fn inode_fields() {
     rewrite_inode(&img, ino, |d| {
         d.group = 999;
         d.parent = 5;
-        d.flags = 4;
+        // An unknown bit next to immutable and append-only, which are kept.
+        d.flags = 4 | 0x10 | 0x20;
     });
     let (out, _) = repaired(&img);
     assert_done(
         &out,
-        &format!("inode {ino}: i_flags, home group or '..' field corrected"),
+        &format!("inode {ino}: unknown i_flags bits cleared, home group or '..' field corrected"),
     );
     let d = inode(&img, ino);
-    assert_eq!((d.group, d.parent, d.flags), (0, 0, 0));
+    assert_eq!((d.group, d.parent, d.flags), (0, 0, 0x30));
+}
+
+#[test]
+fn known_inode_flags_are_clean() {
+    let img = workload_image();
+    let ino = img.ino("b/double");
+    rewrite_inode(&img, ino, |d| {
+        d.flags = crate::format::inode::KNOWN_INODE_FLAGS
+    });
+    let report = img.check(Mode::Tree);
+    assert!(report.is_clean(), "{report}");
 }
 
 // ---- Block maps ----------------------------------------------------------------------------

@@ -1,0 +1,143 @@
+//! The kernel's references to inode numbers: FUSE lookup counts.
+//!
+//! Over FUSE an inode number is the kernel's node id. The kernel takes one reference to a
+//! node id for every entry it is handed (the replies of lookup, create, mkdir, mknod, symlink
+//! and link, and every readdirplus entry but "." and "..") and gives references back with
+//! FORGET, at the latest when it evicts its inode. Until then the node id must keep naming the
+//! same object: a freed number handed out again while the kernel still held it made the kernel
+//! take the new object for the old one (same generation: an old dentry spliced in, a dead
+//! directory in the new one's place, ESTALE from mkdir) or throw its old inode away (EIO for
+//! whoever still used it).
+//!
+//! **Invariant**: an inode number with references is never handed out for a new inode. Each
+//! reference is taken while the inode is seen alive under its state lock, and `destroy` (which
+//! frees the number) takes that lock for writing, so a number is freed either before any
+//! reference to it is taken (and then no entry names it any more) or with its references
+//! already counted. The log writer hands freed numbers back to the allocator only through
+//! `park_if_held`: a number the kernel holds is parked, and FORGET that brings its count to
+//! zero returns it.
+//!
+//! Counting is on only while a kernel is the caller (`Fs::begin_kernel_session`): the core's
+//! other callers (tests, fsck's repair sessions) take no references and forget nothing. A
+//! mount starts with no references: the kernel of an earlier mount held none of this one's,
+//! and FORGETs of the last session may never come. Memory is one small entry per number the
+//! kernel holds, so it is bounded by the kernel's inode cache; a reference whose reply never
+//! reached the kernel keeps its number out of reuse until unmount, nothing worse.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const SHARDS: usize = 16;
+
+#[derive(Default)]
+struct Held {
+    count: u64,
+    /// The inode was freed: the number goes back to the allocator at count zero.
+    freed: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct KernelRefs {
+    on: AtomicBool,
+    shards: [Mutex<HashMap<u64, Held>>; SHARDS],
+}
+
+impl KernelRefs {
+    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Held>> {
+        &self.shards[(ino as usize) % SHARDS]
+    }
+
+    /// From now on entries handed out are counted.
+    pub fn enable(&self) {
+        self.on.store(true, Ordering::Release);
+    }
+
+    /// One more reference to `ino`. The caller holds `ino`'s state lock and saw it alive.
+    pub fn take(&self, ino: u64) {
+        if !self.on.load(Ordering::Acquire) {
+            return;
+        }
+        let mut s = self.shard(ino).lock();
+        let held = s.entry(ino).or_default();
+        assert!(!held.freed, "a kernel reference to freed inode {ino}");
+        held.count += 1;
+    }
+
+    /// The kernel gave `n` references to `ino` back. True when that freed its number: it is
+    /// the caller's to return to the allocator.
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
+        let mut s = self.shard(ino).lock();
+        let Some(held) = s.get_mut(&ino) else {
+            return false;
+        };
+        held.count = held.count.saturating_sub(n);
+        if held.count > 0 {
+            return false;
+        }
+        s.remove(&ino).is_some_and(|h| h.freed)
+    }
+
+    /// `ino` was freed: true if the kernel still holds it, in which case the number stays out
+    /// of reuse until `forget` returns it.
+    pub fn park_if_held(&self, ino: u64) -> bool {
+        let mut s = self.shard(ino).lock();
+        match s.get_mut(&ino) {
+            Some(held) => {
+                held.freed = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// (numbers the kernel holds, of which freed ones waiting for its FORGET)
+    pub fn counts(&self) -> (usize, usize) {
+        self.shards.iter().fold((0, 0), |(n, f), s| {
+            let s = s.lock();
+            (n + s.len(), f + s.values().filter(|h| h.freed).count())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_counted_until_enabled() {
+        let r = KernelRefs::default();
+        r.take(5);
+        assert!(!r.park_if_held(5));
+        assert_eq!(r.counts(), (0, 0));
+    }
+
+    #[test]
+    fn a_freed_number_waits_for_the_last_forget() {
+        let r = KernelRefs::default();
+        r.enable();
+        r.take(7);
+        r.take(7);
+        assert!(!r.forget(7, 1), "one reference is left, nothing was freed");
+        assert!(r.park_if_held(7));
+        assert_eq!(r.counts(), (1, 1));
+        assert!(
+            r.forget(7, 1),
+            "the last reference returns the freed number"
+        );
+        assert_eq!(r.counts(), (0, 0));
+        assert!(!r.forget(7, 1), "forgetting a number not held does nothing");
+    }
+
+    #[test]
+    fn a_number_no_longer_held_is_reusable_at_once() {
+        let r = KernelRefs::default();
+        r.enable();
+        r.take(9);
+        assert!(
+            !r.forget(9, 5),
+            "more forgotten than taken still ends at zero"
+        );
+        assert!(!r.park_if_held(9));
+    }
+}
