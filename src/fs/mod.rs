@@ -10,16 +10,21 @@ mod attr;
 mod blockcache;
 mod bmap;
 pub mod clean;
+mod copy;
 mod dir;
+mod fallocate;
 mod file;
 mod flush;
 pub mod inode;
 mod mount;
 mod rename;
 mod repair;
+mod seek;
 pub mod types;
 
+pub use copy::COPY_MAX;
 pub use mount::{check_pair, read_superblock};
+pub use seek::Whence;
 pub use types::*;
 
 use crate::betree::{BeTree, NodeLoader};
@@ -284,5 +289,7 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
     v.into_iter().map(|e| e.op.lock_arc()).collect()
 }
 
+#[cfg(test)]
+mod falloc_tests;
 #[cfg(test)]
 mod tests;
