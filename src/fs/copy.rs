@@ -104,6 +104,8 @@ impl Fs {
                 None => end,
             };
             if data_at > pos {
+                // What reads as zeros there must be sound (a pointer to no block is EIO).
+                self.range_map(src, (pos / bs, data_at.div_ceil(bs)), (0, 0))?;
                 self.punch_for_copy(dst, off_out + *done, data_at - pos)?;
                 *done = data_at - off_in;
                 continue;

@@ -57,7 +57,7 @@ impl Mode {
 /// The pointers of a range, sorted out: runs of holes to allocate (first block, count), and
 /// whole written blocks to mark unwritten (block, data address).
 #[derive(Default)]
-struct RangeMap {
+pub(crate) struct RangeMap {
     holes: Vec<(u64, u64)>,
     written: Vec<(u64, u64)>,
 }
@@ -125,28 +125,40 @@ impl Fs {
     }
 
     /// The holes of file blocks [from, end), and (with `whole` = [lo, hi)) the written blocks
-    /// inside `whole`.
-    fn range_map(&self, e: &InodeEntry, (from, end): (u64, u64), whole: (u64, u64)) -> RangeMap {
+    /// inside `whole`. A pointer there that names no block on the data device is corruption
+    /// (EIO): nothing is changed then.
+    pub(crate) fn range_map(
+        &self,
+        e: &InodeEntry,
+        (from, end): (u64, u64),
+        whole: (u64, u64),
+    ) -> Result<RangeMap> {
         let mut m = RangeMap::default();
-        let r = bmap::walk(
-            &e.state.read(),
-            from,
-            end,
-            self.ppb,
-            &mut |n, count, raw| {
-                match DataPtr::decode(raw) {
-                    DataPtr::Hole => match m.holes.last_mut() {
-                        Some(h) if h.0 + h.1 == n => h.1 += count,
-                        _ => m.holes.push((n, count)),
-                    },
-                    DataPtr::Written(a) if n >= whole.0 && n < whole.1 => m.written.push((n, a)),
-                    _ => {}
+        let mut bad = None;
+        let data_blocks = self.sb.data_blocks;
+        self.walk_blocks(e, from, end, &mut |n, count, raw| {
+            let ptr = DataPtr::decode(raw);
+            match ptr {
+                DataPtr::Hole => match m.holes.last_mut() {
+                    Some(h) if h.0 + h.1 == n => h.1 += count,
+                    _ => m.holes.push((n, count)),
+                },
+                _ if ptr.addr().is_some_and(|a| a == 0 || a >= data_blocks) => {
+                    bad = Some((n, raw));
+                    return false;
                 }
-                true
-            },
-        );
-        r.expect("the range's indirect blocks were loaded under the op lock");
-        m
+                DataPtr::Written(a) if n >= whole.0 && n < whole.1 => m.written.push((n, a)),
+                _ => {}
+            }
+            true
+        })?;
+        match bad {
+            Some((n, raw)) => Err(FsError::corrupt(
+                "block map",
+                format!("inode {}: file block {n} has data pointer {raw:#x}", e.ino),
+            )),
+            None => Ok(m),
+        }
     }
 
     /// Reserve data blocks for the holes of `m`: their addresses, in file block order.
@@ -186,7 +198,7 @@ impl Fs {
     ) -> Result<()> {
         let bs = self.sb.block_size as u64;
         let (first, end_block) = (offset / bs, end.div_ceil(bs));
-        let m = self.range_map(e, (first, end_block), (0, 0));
+        let m = self.range_map(e, (first, end_block), (0, 0))?;
         let runs = self.reserve_holes(e, &m)?;
         let grows = !keep_size && end > size;
         if grows {
@@ -224,7 +236,7 @@ impl Fs {
         let bs = self.sb.block_size as u64;
         let (first, end_block) = (offset / bs, end.div_ceil(bs));
         let whole = (offset.div_ceil(bs), end / bs);
-        let m = self.range_map(e, (first, end_block), whole);
+        let m = self.range_map(e, (first, end_block), whole)?;
         let runs = self.reserve_holes(e, &m)?;
         let grows = !keep_size && end > size;
         let zeroed = self.zero_partial_blocks(e, offset, end).and_then(|()| {
@@ -263,6 +275,8 @@ impl Fs {
     /// the file too) and zero the partial blocks at its ends in place. The size stays.
     pub(crate) fn punch_locked(&self, e: &Arc<InodeEntry>, offset: u64, end: u64) -> Result<()> {
         let bs = self.sb.block_size as u64;
+        // Nothing that names no block may be freed.
+        self.range_map(e, (offset / bs, end.div_ceil(bs)), (0, 0))?;
         self.zero_partial_blocks(e, offset, end)?;
         let (lo, hi) = (offset.div_ceil(bs), end / bs);
         let _g = self.gate.read();
