@@ -20,7 +20,7 @@
 //! - `DUALFS_CRASH_CASE=<workload id>` runs one workload (all its crash states, or with
 //!   `DUALFS_CRASH_STATE=<t>/<meta subset>/<data subset>` just one); a violation prints both.
 //! - `DUALFS_CRASH_ACE2_ALL`: run every 2-operation sequence with all 20 combinations of
-//!   persistence calls (81,920 workloads) instead of one combination per pair.
+//!   persistence calls (109,520 workloads) instead of one combination per pair.
 //! - `DUALFS_CRASH_SECTOR`: the atomic write unit of both devices (default 4096; 512 tears
 //!   blocks into sectors).
 //! - `DUALFS_CRASH_THREADS`: worker threads (default: available parallelism).
