@@ -105,8 +105,12 @@ impl Fs {
         };
         self.preload_range(&e, first, last + 1)?;
         match mode {
-            Mode::Allocate { keep_size } => self.allocate_locked(&e, size, offset, end, keep_size),
-            Mode::Zero { keep_size } => self.zero_locked(&e, size, offset, end, keep_size),
+            Mode::Allocate { keep_size } => {
+                self.allocate_locked(&e, size, (offset, end), keep_size, false)
+            }
+            Mode::Zero { keep_size } => {
+                self.allocate_locked(&e, size, (offset, end), keep_size, true)
+            }
             Mode::Punch => self.punch_locked(&e, offset, end),
         }
     }
@@ -187,64 +191,33 @@ impl Fs {
         self.record_allocations(runs);
     }
 
-    /// Mode 0 and KEEP_SIZE: allocate the holes of [offset, end) as unwritten blocks.
+    /// Mode 0 and KEEP_SIZE: allocate the holes of [offset, end) as unwritten blocks. With
+    /// `zero` (ZERO_RANGE) the range reads as zeros too: its whole written blocks become
+    /// unwritten and the partial written blocks at its ends are zeroed in place.
     fn allocate_locked(
         &self,
         e: &Arc<InodeEntry>,
         size: u64,
-        offset: u64,
-        end: u64,
+        (offset, end): (u64, u64),
         keep_size: bool,
+        zero: bool,
     ) -> Result<()> {
         let bs = self.sb.block_size as u64;
         let (first, end_block) = (offset / bs, end.div_ceil(bs));
-        let m = self.range_map(e, (first, end_block), (0, 0))?;
-        let runs = self.reserve_holes(e, &m)?;
-        let grows = !keep_size && end > size;
-        if grows {
-            if let Err(err) = self.zero_tail(e, size, end) {
-                self.unreserve_runs(&runs);
-                return Err(err);
-            }
-        }
-        let _g = self.gate.read();
-        let mut st = e.state.write();
-        self.map_unwritten(&mut st, &m, &runs);
-        if !m.holes.is_empty() {
-            self.charge_block_range(first, end_block - 1);
-        }
-        let now = super::inode::to_disk_time(Timespec::now());
-        if grows {
-            st.d.size = end;
-            st.d.mtime = now;
-        }
-        st.d.ctime = now;
-        self.mark_dirty(e, &mut st);
-        Ok(())
-    }
-
-    /// ZERO_RANGE: [offset, end) reads as zeros and is allocated. Whole written blocks become
-    /// unwritten, holes are allocated unwritten, partial written blocks are zeroed in place.
-    fn zero_locked(
-        &self,
-        e: &Arc<InodeEntry>,
-        size: u64,
-        offset: u64,
-        end: u64,
-        keep_size: bool,
-    ) -> Result<()> {
-        let bs = self.sb.block_size as u64;
-        let (first, end_block) = (offset / bs, end.div_ceil(bs));
-        let whole = (offset.div_ceil(bs), end / bs);
+        let whole = match zero {
+            true => (offset.div_ceil(bs), end / bs),
+            false => (0, 0),
+        };
         let m = self.range_map(e, (first, end_block), whole)?;
         let runs = self.reserve_holes(e, &m)?;
         let grows = !keep_size && end > size;
-        let zeroed = self.zero_partial_blocks(e, offset, end).and_then(|()| {
-            if grows {
-                self.zero_tail(e, size, end)
-            } else {
-                Ok(())
-            }
+        let zeroed = match zero {
+            true => self.zero_partial_blocks(e, offset, end),
+            false => Ok(()),
+        }
+        .and_then(|()| match grows {
+            true => self.zero_tail(e, size, end),
+            false => Ok(()),
         });
         if let Err(err) = zeroed {
             self.unreserve_runs(&runs);
@@ -265,7 +238,10 @@ impl Fs {
         if grows {
             st.d.size = end;
         }
-        st.d.mtime = now;
+        // As ext4: the data changes (mtime) when the size or the bytes do.
+        if grows || zero {
+            st.d.mtime = now;
+        }
         st.d.ctime = now;
         self.mark_dirty(e, &mut st);
         Ok(())

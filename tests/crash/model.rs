@@ -251,12 +251,7 @@ impl Model {
             Op::Write { path, off, len } => self.write(gi, path, Some(*off), *len, writes),
             Op::Append { path, len } => self.write(gi, path, None, *len, writes),
             Op::Truncate { path, size } => {
-                let id = self.resolve(path)?;
-                match self.get(id).kind() {
-                    Kind::Dir => return Err(libc::EISDIR),
-                    Kind::Symlink => return Err(libc::EINVAL),
-                    Kind::File => {}
-                }
+                let id = self.regular_file(path, libc::EINVAL)?;
                 let d = self.file_mut(id);
                 let old = d.len() as u64;
                 d.resize(*size as usize, 0);
@@ -343,12 +338,7 @@ impl Model {
         len: u64,
         writes: &mut BTreeMap<Id, Vec<DataWrite>>,
     ) -> Result<(), Errno> {
-        let id = self.resolve(path)?;
-        match self.get(id).kind() {
-            Kind::Dir => return Err(libc::EISDIR),
-            Kind::Symlink => return Err(libc::EINVAL),
-            Kind::File => {}
-        }
+        let id = self.regular_file(path, libc::EINVAL)?;
         let d = self.file_mut(id);
         let size = d.len() as u64;
         let off = off.unwrap_or(size);
@@ -381,6 +371,16 @@ impl Model {
         Ok(())
     }
 
+    /// The regular file at `path`: EISDIR for a directory, `on_symlink` for a symlink.
+    fn regular_file(&self, path: &str, on_symlink: Errno) -> Result<Id, Errno> {
+        let id = self.resolve(path)?;
+        match self.get(id).kind() {
+            Kind::Dir => Err(libc::EISDIR),
+            Kind::Symlink => Err(on_symlink),
+            Kind::File => Ok(id),
+        }
+    }
+
     /// fallocate as DualFS does it: preallocation changes no byte (but a size that grows);
     /// punching and zeroing make the range read as zeros and its whole blocks holes.
     fn fallocate(
@@ -392,12 +392,7 @@ impl Model {
         len: u64,
         writes: &mut BTreeMap<Id, Vec<DataWrite>>,
     ) -> Result<(), Errno> {
-        let id = self.resolve(path)?;
-        match self.get(id).kind() {
-            Kind::Dir => return Err(libc::EISDIR),
-            Kind::Symlink => return Err(libc::ENODEV),
-            Kind::File => {}
-        }
+        let id = self.regular_file(path, libc::ENODEV)?;
         let end = off + len;
         let d = self.file_mut(id);
         let size = d.len() as u64;
