@@ -94,16 +94,12 @@ pub fn set(st: &mut InodeState, n: u64, data_addr: u64, p: u64) -> Result<u64, N
 /// Every indirect block key reachable from the inode whose parent pointer is known but
 /// which is not cached (to load before freeing the whole file or a range).
 pub fn missing_blocks(st: &InodeState, from_block: u64, p: u64) -> Vec<Need> {
-    missing_in(st, from_block, u64::MAX, p)
-}
-
-/// `missing_blocks` for the indirect blocks that map some of file blocks [from, end).
-pub fn missing_in(st: &InodeState, from: u64, end: u64, p: u64) -> Vec<Need> {
     let mut out = Vec::new();
     for tree in 0..3 {
         let level = tree as u8 + 1;
         let start = bmap::tree_start(tree, p);
-        if start + bmap::span(level, p) <= from || start >= end {
+        let end = start + bmap::span(level, p);
+        if end <= from_block {
             continue;
         }
         walk_missing(
@@ -111,7 +107,7 @@ pub fn missing_in(st: &InodeState, from: u64, end: u64, p: u64) -> Vec<Need> {
             level,
             start,
             st.d.indirect[tree],
-            (from, end),
+            from_block,
             p,
             &mut out,
         );
@@ -124,7 +120,7 @@ fn walk_missing(
     level: u8,
     index: u64,
     addr: u64,
-    (from, end): (u64, u64),
+    from: u64,
     p: u64,
     out: &mut Vec<Need>,
 ) {
@@ -134,11 +130,8 @@ fn walk_missing(
         Some(b) if level > 1 => {
             for (slot, &child) in b.ptrs.iter().enumerate() {
                 let ci = bmap::child_index(level, index, slot, p);
-                if ci >= end {
-                    break;
-                }
                 if ci + bmap::span(level - 1, p) > from {
-                    walk_missing(st, level - 1, ci, child, (from, end), p, out);
+                    walk_missing(st, level - 1, ci, child, from, p, out);
                 }
             }
         }

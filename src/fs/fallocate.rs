@@ -117,15 +117,7 @@ impl Fs {
 
     /// Cache every indirect block that maps some of file blocks [from, end).
     pub(crate) fn preload_range(&self, e: &InodeEntry, from: u64, end: u64) -> Result<()> {
-        loop {
-            let missing = bmap::missing_in(&e.state.read(), from, end, self.ppb);
-            if missing.is_empty() {
-                return Ok(());
-            }
-            for need in missing {
-                self.load_ptr(e, need)?;
-            }
-        }
+        self.walk_blocks(e, from, end, &mut |_, _, _| true)
     }
 
     /// The holes of file blocks [from, end), and (with `whole` = [lo, hi)) the written blocks
