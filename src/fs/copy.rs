@@ -110,11 +110,14 @@ impl Fs {
                 *done = data_at - off_in;
                 continue;
             }
-            let hole_at = match self.find_block(src, pos / bs, end_block, &|r| !written(r))? {
-                Some(n) => (n * bs).clamp(pos, end),
-                None => end,
-            };
-            let n = (hole_at - pos).min(PIECE);
+            // Only as far as this piece goes: a dense file is not walked to its end each time.
+            let piece_end = (pos + PIECE).min(end);
+            let hole_at =
+                match self.find_block(src, pos / bs, piece_end.div_ceil(bs), &|r| !written(r))? {
+                    Some(n) => (n * bs).clamp(pos, piece_end),
+                    None => piece_end,
+                };
+            let n = hole_at - pos;
             let _admitted = self.admit(Admit::Write(n))?;
             // The source may have shrunk meanwhile: what is gone reads as nothing.
             let bytes = self.read_range(src, regular_size(src)?, pos, n)?;

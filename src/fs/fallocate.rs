@@ -171,12 +171,10 @@ impl Fs {
     fn map_unwritten(&self, st: &mut super::inode::InodeState, m: &RangeMap, runs: &[(u64, u64)]) {
         let mut addrs = runs.iter().flat_map(|&(s, c)| s..s + c);
         for &(first, count) in &m.holes {
-            for n in first..first + count {
-                let a = addrs.next().expect("a block reserved for every hole");
-                let old = bmap::set(st, n, unwritten(a), self.ppb)
-                    .expect("indirect blocks were loaded under the op lock");
-                debug_assert_eq!(old, 0, "file block {n}");
-            }
+            let ptrs: Vec<u64> = addrs.by_ref().take(count as usize).map(unwritten).collect();
+            assert_eq!(ptrs.len() as u64, count, "a block reserved for every hole");
+            bmap::set_run(st, first, &ptrs, self.ppb)
+                .expect("indirect blocks were loaded under the op lock");
         }
         assert!(addrs.next().is_none(), "more blocks reserved than holes");
         st.d.blocks += m.hole_count();
