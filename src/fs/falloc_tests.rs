@@ -687,3 +687,34 @@ fn the_cleaner_moves_indirect_blocks_with_unwritten_pointers() {
     assert_eq!(pointers(&fs, f, 0, 700), want_ptrs);
     unmount_and_check(fs, &m, &d);
 }
+
+/// The rest of a file's reservation window (left by a write) is too short for a
+/// preallocation: it is given back rather than used first, which would split the extent.
+#[test]
+fn a_short_window_does_not_split_a_preallocation() {
+    let (m, d) = devices(16, 64);
+    let fs = mount(&m, &d);
+    let (f, fh) = new_file(&fs, "f");
+    fs.write(f, fh, 0, b"first").unwrap();
+    // Another file right behind the window.
+    let (g, gh) = new_file(&fs, "g");
+    fs.write(g, gh, 0, &pattern(64 << 10, 16)).unwrap();
+    fs.release(g, gh).unwrap();
+    let window = fs.inode(f).unwrap().state.read().window;
+    assert!(
+        window.is_some_and(|(a, b)| b > a),
+        "the write left a window"
+    );
+    fs.fallocate(f, fh, BS, 4 << 20, 0).unwrap();
+    let addrs: Vec<u64> = pointers(&fs, f, 1, 1025)
+        .iter()
+        .map(|p| p.addr().unwrap())
+        .collect();
+    assert!(
+        addrs.windows(2).all(|w| w[1] == w[0] + 1),
+        "not one extent: {:?}...",
+        &addrs[..10]
+    );
+    fs.release(f, fh).unwrap();
+    unmount_and_check(fs, &m, &d);
+}

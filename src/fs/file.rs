@@ -374,6 +374,15 @@ impl Fs {
         if n > in_window && n - in_window > self.tables.lock().data.free_blocks() {
             return Err(FsError::Errno(libc::ENOSPC));
         }
+        let mut goal = goal;
+        if let (true, Some((next, end))) = (contiguous, st.window) {
+            // A window too short for a preallocation would split it: look from its start.
+            if end - next < n {
+                self.tables.lock().data.unreserve(next, end - next);
+                st.window = None;
+                goal = next;
+            }
+        }
         let mut out: Vec<(u64, u64)> = Vec::new();
         let mut need = n;
         while need > 0 {
