@@ -20,7 +20,7 @@ cargo test --workspace --release --locked
 # where writes, times and errors reach the daemon later and by other paths.
 DUALFS_TEST_EXTRA_OPTS=writeback_cache cargo test --release --locked \
     --test posix_files --test posix_attr --test posix_dirs --test posix_perms \
-    --test posix_rename --test persistence --test threads --test shutdown \
+    --test posix_rename --test posix_falloc --test persistence --test threads --test shutdown \
     --test node_ids --test inode_flags --test shutdown_ioctl
 bench_out=$(mktemp -d "${TMPDIR:-/var/tmp}/dualfs-test-bench.XXXXXX")
 trap 'rm -rf "$bench_out"' EXIT

@@ -6,14 +6,15 @@
 
 use crate::fs::{
     Attr, Caller, DirEntry, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, SetTime,
-    Timespec,
+    Timespec, Whence,
 };
 use crate::FsError;
 use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use log::{debug, info, warn};
 use std::ffi::OsStr;
@@ -589,6 +590,79 @@ impl Filesystem for DualFuse {
         reply: ReplyEmpty,
     ) {
         empty(reply, self.fs.fsync(ino.0, datasync), "fsync", ino.0);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let result = self.fs.fallocate(ino.0, fh.0, offset, length, mode);
+        empty(reply, result, "fallocate", ino.0);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // With a writeback cache the kernel asks without writing its dirty pages back first:
+        // the block map would call them holes. ENOSYS makes it answer from the size alone
+        // (all data) for the rest of the mount, which is never wrong.
+        if self.config.writeback_cache {
+            return reply.error(Errno::ENOSYS);
+        }
+        let whence = match whence {
+            libc::SEEK_DATA => Whence::Data,
+            libc::SEEK_HOLE => Whence::Hole,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO); // as ext4 and XFS answer a negative offset
+        };
+        match self.fs.seek(ino.0, offset, whence) {
+            Ok(at) => reply.offset(at as i64),
+            Err(e) => reply.error(errno("lseek", ino.0, &e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let result = self.fs.copy_file_range(
+            ino_in.0,
+            fh_in.0,
+            offset_in,
+            ino_out.0,
+            fh_out.0,
+            offset_out,
+            len,
+            u32::try_from(flags.bits()).unwrap_or(u32::MAX),
+        );
+        match result {
+            // The core copies at most COPY_MAX bytes, which fits.
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno("copy_file_range", ino_in.0, &e)),
+        }
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

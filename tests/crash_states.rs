@@ -20,7 +20,7 @@
 //! - `DUALFS_CRASH_CASE=<workload id>` runs one workload (all its crash states, or with
 //!   `DUALFS_CRASH_STATE=<t>/<meta subset>/<data subset>` just one); a violation prints both.
 //! - `DUALFS_CRASH_ACE2_ALL`: run every 2-operation sequence with all 20 combinations of
-//!   persistence calls (81,920 workloads) instead of one combination per pair.
+//!   persistence calls (109,520 workloads) instead of one combination per pair.
 //! - `DUALFS_CRASH_SECTOR`: the atomic write unit of both devices (default 4096; 512 tears
 //!   blocks into sectors).
 //! - `DUALFS_CRASH_THREADS`: worker threads (default: available parallelism).
@@ -200,6 +200,7 @@ fn crash_states() {
         ("churn", Flavor::Churn, 15, 10_000),
         ("full", Flavor::Full, 10, 30_000),
         ("names", Flavor::Names, 10, 20_000),
+        ("holes", Flavor::Holes, 10, 40_000),
     ];
     for (family, flavor, percent, first_seed) in random_families {
         let n = (budget * percent / 100)
@@ -217,7 +218,7 @@ fn crash_states() {
     jobs.sort_by_key(|j| std::cmp::Reverse(j.w.ops.len()));
     let tallies = run_jobs(jobs, master);
     let mut total = Tally::default();
-    for family in ["ace1", "ace2", "random", "churn", "names", "full"] {
+    for family in ["ace1", "ace2", "random", "churn", "names", "full", "holes"] {
         let t = tallies.get(family).cloned().unwrap_or_default();
         eprintln!(
             "{family:>6}: {:5} workloads, {:6} ops, {:7} distinct crash states, {:6} judged: \

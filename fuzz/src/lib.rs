@@ -80,6 +80,20 @@ pub fn base_image() -> &'static (Vec<u8>, Vec<u8>) {
         let (o, fh) = fs.create(&U, root, b"open", 0o644, libc::O_RDWR).unwrap();
         fs.write(o.ino, fh, 0, &[7; 3000]).unwrap();
         fs.unlink(&U, root, b"open").unwrap();
+        // Unwritten pointers: preallocated blocks (some past the end), a punched hole.
+        let (p, fh) = fs.create(&U, root, b"pre", 0o644, libc::O_RDWR).unwrap();
+        fs.write(p.ino, fh, 0, &[8; 100]).unwrap();
+        fs.fallocate(p.ino, fh, 0, 30 * BS as u64, libc::FALLOC_FL_KEEP_SIZE)
+            .unwrap();
+        fs.fallocate(
+            p.ino,
+            fh,
+            2 * BS as u64,
+            5 * BS as u64,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        )
+        .unwrap();
+        fs.release(p.ino, fh).unwrap();
         fs.unmount().unwrap();
         (meta.snapshot(), data.snapshot())
     })
@@ -118,6 +132,8 @@ pub fn check_and_mount(meta: Vec<u8>, data: Vec<u8>) {
                 FileKind::Directory if dirs.len() < 50 => dirs.push(e.ino),
                 FileKind::Regular => {
                     let _ = fs.read(e.ino, 0, 0, 65536);
+                    let _ = fs.seek(e.ino, 0, dualfs::fs::Whence::Data);
+                    let _ = fs.seek(e.ino, 0, dualfs::fs::Whence::Hole);
                 }
                 FileKind::Symlink => {
                     let _ = fs.readlink(e.ino);

@@ -1,8 +1,10 @@
 //! Pass 3: block maps. Every regular file's direct and indirect pointers are followed: each
 //! indirect block must be the one its parent pointer asks for (kind INDIRECT, owner, level,
-//! first block mapped), data addresses must be on the data device, nothing may be mapped at or
-//! past the end of the file, no data block may belong to two files (or twice to one), and
-//! `i_blocks` / `i_meta_blocks` must count what was found. Symlinks keep short targets inline
+//! first block mapped), data addresses must be on the data device (an unwritten pointer's
+//! too: its flag is not part of the address), nothing written may be mapped at or past the
+//! end of the file (unwritten blocks may: fallocate with KEEP_SIZE puts them there), no data
+//! block may belong to two files (or twice to one), and `i_blocks` / `i_meta_blocks` must
+//! count what was found (unwritten blocks are allocated blocks). Symlinks keep short targets inline
 //! and long ones in SYMLINK blocks; directories and special files own no blocks at all.
 //!
 //! Data blocks in use are collected for pass 4 in a bitmap. A second owner of a block is
@@ -12,7 +14,7 @@
 use super::context::{Claims, LogReader, LogUse, Sink};
 use super::findings::{Finding, PtrAt};
 use super::pass2_inodes::{InodeInfo, Inodes};
-use crate::format::bmap::{child_index, max_blocks, path, tree_start, BlockPath};
+use crate::format::bmap::{child_index, max_blocks, path, tree_start, BlockPath, DataPtr};
 use crate::format::inode::{DiskInode, NDIRECT};
 use crate::format::meta::{
     decode_pointer_block, decode_symlink_block, pointers_per_block, symlink_bytes_per_block,
@@ -143,11 +145,13 @@ struct Walk<'a, 'b> {
     /// File blocks at or past this are beyond the end of the file.
     end_block: u64,
     data_found: u64,
+    /// Of `data_found`, unwritten blocks.
+    unwritten_found: u64,
     indirect_found: u64,
     /// Some indirect block could not be read: the counts are incomplete.
     incomplete: bool,
-    /// One past the last file block something is mapped at (an indirect block counts for
-    /// the first block it maps).
+    /// One past the last file block something written is mapped at (an indirect block that
+    /// maps no unwritten block counts for the first block it maps).
     mapped_end: u64,
 }
 
@@ -162,6 +166,7 @@ impl<'a, 'b> Walk<'a, 'b> {
             p: pointers_per_block(log.sb.block_size) as u64,
             end_block: d.size.div_ceil(bs),
             data_found: 0,
+            unwritten_found: 0,
             indirect_found: 0,
             incomplete: false,
             mapped_end: 0,
@@ -260,36 +265,54 @@ impl<'a, 'b> Walk<'a, 'b> {
         Ok(())
     }
 
-    /// File block `file_block` is at data address `a` (not 0), named by the pointer at `at`.
+    /// File block `file_block` has data pointer `raw` (not 0), found at `at`.
     fn data(
         &mut self,
         sink: &mut Sink,
         file_block: u64,
-        a: u64,
+        raw: u64,
         at: PtrAt,
         found: &mut dyn FnMut(u64, u64),
     ) {
         self.data_found += 1;
-        if a < self.log.sb.data_blocks {
-            self.mapped_end = self.mapped_end.max(file_block + 1);
+        let ptr = DataPtr::decode(raw);
+        let a = ptr.addr().unwrap_or(0);
+        let what = if ptr.is_written() {
+            "points at"
+        } else {
+            self.unwritten_found += 1;
+            "is preallocated (unwritten) at"
+        };
+        let on_device = a != 0 && a < self.log.sb.data_blocks;
+        if ptr.is_written() {
+            if on_device {
+                self.mapped_end = self.mapped_end.max(file_block + 1);
+            }
+            if file_block >= self.end_block {
+                self.problem(
+                    sink,
+                    format!(
+                        "inode {}: file block {file_block} is mapped (data block {a}) but the \
+                         file ends at {} bytes",
+                        self.ino, self.d.size
+                    ),
+                );
+            }
         }
-        if file_block >= self.end_block {
+        if !on_device {
+            let place = if a == 0 {
+                "the data superblock".to_string()
+            } else {
+                format!(
+                    "past the end of the data device ({} blocks)",
+                    self.log.sb.data_blocks
+                )
+            };
             self.problem(
                 sink,
                 format!(
-                    "inode {}: file block {file_block} is mapped (data block {a}) but the file \
-                     ends at {} bytes",
-                    self.ino, self.d.size
-                ),
-            );
-        }
-        if a >= self.log.sb.data_blocks {
-            self.problem(
-                sink,
-                format!(
-                    "inode {}: file block {file_block} points at data block {a}, past the end of \
-                     the data device ({} blocks)",
-                    self.ino, self.log.sb.data_blocks
+                    "inode {}: file block {file_block} {what} data block {a}, {place}",
+                    self.ino
                 ),
             );
             self.found(sink, Finding::ClearPointer { ino: self.ino, at });
@@ -315,15 +338,6 @@ impl<'a, 'b> Walk<'a, 'b> {
         self.indirect_found += 1;
         let clear = Finding::ClearPointer { ino, at };
         let name = format!("inode {ino}: level-{level} indirect block for file block {index}");
-        if index >= self.end_block {
-            self.problem(
-                sink,
-                format!(
-                    "{name} (at {addr}) lies past the end of the file ({} bytes)",
-                    self.d.size
-                ),
-            );
-        }
         if self.mode == Mode::Check {
             if let Some(why) = self.log.bad_address(addr) {
                 sink.error(NAME, format!("{name}: {why}"));
@@ -359,7 +373,7 @@ impl<'a, 'b> Walk<'a, 'b> {
                 return Ok(());
             }
         }
-        self.mapped_end = self.mapped_end.max(index + 1);
+        let unwritten_before = self.unwritten_found;
         for (slot, &child) in ptrs.iter().enumerate() {
             if child == 0 {
                 continue;
@@ -371,6 +385,18 @@ impl<'a, 'b> Walk<'a, 'b> {
             } else {
                 self.indirect(sink, claims, level - 1, child_index, child, at, found)?;
             }
+        }
+        // Past the end of the file an indirect block must map preallocated blocks; one that
+        // does not is as if something were mapped there.
+        if index >= self.end_block && self.unwritten_found == unwritten_before {
+            self.mapped_end = self.mapped_end.max(index + 1);
+            self.problem(
+                sink,
+                format!(
+                    "{name} (at {addr}) lies past the end of the file ({} bytes)",
+                    self.d.size
+                ),
+            );
         }
         Ok(())
     }

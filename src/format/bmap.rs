@@ -3,6 +3,48 @@
 
 use super::inode::NDIRECT;
 
+/// Bit 63 of a data pointer (`i_direct[k]` and the slots of a regular file's level-1
+/// indirect blocks): the block is allocated (by fallocate) but holds nothing written since,
+/// and reads as zeros. The address is in the other bits; data addresses are below 2^48.
+pub const UNWRITTEN: u64 = 1 << 63;
+
+/// A data pointer taken apart. `addr` is only checked against the device by the callers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataPtr {
+    Hole,
+    Written(u64),
+    Unwritten(u64),
+}
+
+impl DataPtr {
+    pub fn decode(raw: u64) -> DataPtr {
+        match raw {
+            0 => DataPtr::Hole,
+            r if r & UNWRITTEN != 0 => DataPtr::Unwritten(r & !UNWRITTEN),
+            r => DataPtr::Written(r),
+        }
+    }
+
+    /// The data block it names, if any.
+    pub fn addr(self) -> Option<u64> {
+        match self {
+            DataPtr::Hole => None,
+            DataPtr::Written(a) | DataPtr::Unwritten(a) => Some(a),
+        }
+    }
+
+    /// Reads give what the device holds (not zeros).
+    pub fn is_written(self) -> bool {
+        matches!(self, DataPtr::Written(_))
+    }
+}
+
+/// The pointer of an unwritten block at data address `addr`.
+pub fn unwritten(addr: u64) -> u64 {
+    debug_assert!(addr != 0 && addr & UNWRITTEN == 0);
+    addr | UNWRITTEN
+}
+
 /// One step of a path: the indirect block (`level`, `index` = first file block it maps) and
 /// the slot in it to follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

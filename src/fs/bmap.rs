@@ -6,7 +6,7 @@
 //! without locks (`Fs::load_ptr`) and tries again.
 
 use super::inode::{InodeState, PtrBlock};
-use crate::format::bmap::{self, BlockPath, Step};
+use crate::format::bmap::{self, BlockPath, DataPtr, Step};
 use std::sync::Arc;
 
 /// An indirect block that must be read first: its key and log address.
@@ -91,6 +91,36 @@ pub fn set(st: &mut InodeState, n: u64, data_addr: u64, p: u64) -> Result<u64, N
     }
 }
 
+/// Point the holes at file blocks `first..first + ptrs.len()` at `ptrs` (nonzero), creating
+/// missing indirect blocks: `set` for the first block under each level-1 block, then its
+/// slots in place (a preallocation of gigabytes sets millions of them). Fails with `Need` as
+/// `set` does (the blocks set before stay set).
+pub fn set_run(st: &mut InodeState, first: u64, ptrs: &[u64], p: u64) -> Result<(), Need> {
+    let mut i = 0;
+    while i < ptrs.len() {
+        let n = first + i as u64;
+        let old = set(st, n, ptrs[i], p)?;
+        debug_assert_eq!(old, 0, "file block {n} is no hole");
+        i += 1;
+        if let Some(BlockPath::Indirect { steps, .. }) = bmap::path(n, p) {
+            let last = steps[steps.len() - 1];
+            let b = st.ptrs.get_mut(&(1, last.index)).expect("set made it");
+            let slots = Arc::make_mut(&mut b.ptrs);
+            for slot in last.slot + 1..(p as usize).min(last.slot + 1 + ptrs.len() - i) {
+                debug_assert_eq!(
+                    slots[slot],
+                    0,
+                    "file block {} is no hole",
+                    last.index + slot as u64
+                );
+                slots[slot] = ptrs[i];
+                i += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Every indirect block key reachable from the inode whose parent pointer is known but
 /// which is not cached (to load before freeing the whole file or a range).
 pub fn missing_blocks(st: &InodeState, from_block: u64, p: u64) -> Vec<Need> {
@@ -139,6 +169,99 @@ fn walk_missing(
     }
 }
 
+/// Visit the data pointers of file blocks [from, end) in order: `f(first, count, raw)` for
+/// one pointer (`count` 1), or once for all the blocks in range under a 0 pointer above
+/// level 1 (a hole subtree is never walked block by block). Stops early when `f` returns
+/// false (then `Ok(false)`). `Err(need)`: that indirect block must be loaded first; every
+/// block before its first was visited, so the walk resumes from there.
+pub fn walk(
+    st: &InodeState,
+    from: u64,
+    end: u64,
+    p: u64,
+    f: &mut dyn FnMut(u64, u64, u64) -> bool,
+) -> Result<bool, Need> {
+    let ndirect = crate::format::inode::NDIRECT as u64;
+    for n in from..end.min(ndirect) {
+        if !f(n, 1, st.d.direct[n as usize]) {
+            return Ok(false);
+        }
+    }
+    for tree in 0..3 {
+        let level = tree as u8 + 1;
+        let start = bmap::tree_start(tree, p);
+        if start + bmap::span(level, p) <= from || start >= end {
+            continue;
+        }
+        if !walk_in(st, level, start, st.d.indirect[tree], (from, end), p, f)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn walk_in(
+    st: &InodeState,
+    level: u8,
+    index: u64,
+    addr: u64,
+    (from, end): (u64, u64),
+    p: u64,
+    f: &mut dyn FnMut(u64, u64, u64) -> bool,
+) -> Result<bool, Need> {
+    let Some(b) = st.ptrs.get(&(level, index)) else {
+        if addr != 0 {
+            return Err(Need { level, index, addr });
+        }
+        let lo = index.max(from);
+        let hi = index.saturating_add(bmap::span(level, p)).min(end);
+        return Ok(f(lo, hi - lo, 0));
+    };
+    let child_span = bmap::span(level - 1, p);
+    let first = (from.saturating_sub(index) / child_span) as usize;
+    for slot in first..p as usize {
+        let ci = bmap::child_index(level, index, slot, p);
+        if ci >= end {
+            break;
+        }
+        let child = b.ptrs[slot];
+        let go_on = if level == 1 {
+            f(ci, 1, child)
+        } else {
+            walk_in(st, level - 1, ci, child, (from, end), p, f)?
+        };
+        if !go_on {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Indirect block (level, index) with pointers `ptrs` maps nothing once the slots `changed`
+/// are cleared: every other slot is 0 and, above level 1, names no child that is cached but
+/// not written yet (such a child has a 0 pointer until the log writer places it).
+fn maps_nothing_else(
+    st: &InodeState,
+    level: u8,
+    index: u64,
+    ptrs: &[u64],
+    changed: &[usize],
+    p: u64,
+) -> bool {
+    let mut cleared = vec![false; ptrs.len()];
+    for &slot in changed {
+        cleared[slot] = true;
+    }
+    ptrs.iter().enumerate().all(|(slot, &c)| {
+        cleared[slot]
+            || (c == 0
+                && (level == 1
+                    || !st
+                        .ptrs
+                        .contains_key(&(level - 1, bmap::child_index(level, index, slot, p)))))
+    })
+}
+
 /// What freeing a range of a file releases.
 #[derive(Default, Debug)]
 pub struct Freed {
@@ -149,10 +272,11 @@ pub struct Freed {
 }
 
 impl Freed {
-    fn data_block(&mut self, a: u64) {
-        if a == 0 {
+    /// Add the block a data pointer names (unwritten or not).
+    fn data_block(&mut self, raw: u64) {
+        let Some(a) = DataPtr::decode(raw).addr() else {
             return;
-        }
+        };
         if let Some(last) = self.data.last_mut() {
             if last.0 + last.1 == a {
                 last.1 += 1;
@@ -166,19 +290,24 @@ impl Freed {
 /// Clear every pointer to file blocks `>= from` and drop indirect blocks left empty of the
 /// range. All indirect blocks involved must be cached (see `missing_blocks`).
 pub fn free_from(st: &mut InodeState, from: u64, p: u64) -> Freed {
+    free_range(st, from, u64::MAX, p)
+}
+
+/// Clear every pointer to file blocks in [from, end) and drop the indirect blocks that map
+/// nothing any more. All indirect blocks involved must be cached (see `missing_in`).
+pub fn free_range(st: &mut InodeState, from: u64, end: u64, p: u64) -> Freed {
     let mut freed = Freed::default();
-    for k in
-        (from.min(crate::format::inode::NDIRECT as u64) as usize)..crate::format::inode::NDIRECT
-    {
-        freed.data_block(std::mem::take(&mut st.d.direct[k]));
+    let ndirect = crate::format::inode::NDIRECT as u64;
+    for k in from.min(ndirect)..end.min(ndirect) {
+        freed.data_block(std::mem::take(&mut st.d.direct[k as usize]));
     }
     for tree in 0..3 {
         let level = tree as u8 + 1;
         let start = bmap::tree_start(tree, p);
-        if start + bmap::span(level, p) <= from {
+        if start + bmap::span(level, p) <= from || start >= end {
             continue;
         }
-        if free_subtree(st, level, start, from, p, &mut freed) {
+        if free_subtree(st, level, start, (from, end), p, &mut freed) {
             st.d.indirect[tree] = 0;
         }
     }
@@ -187,13 +316,14 @@ pub fn free_from(st: &mut InodeState, from: u64, p: u64) -> Freed {
     freed
 }
 
-/// Free the part `>= from` of indirect block (level, index). Returns true when the whole
-/// block went away (its parent pointer must be cleared).
+/// Free the part in [from, end) of indirect block (level, index). Returns true when the whole
+/// block went away (its parent pointer must be cleared): it lay inside the range, or maps
+/// nothing any more.
 fn free_subtree(
     st: &mut InodeState,
     level: u8,
     index: u64,
-    from: u64,
+    (from, end): (u64, u64),
     p: u64,
     freed: &mut Freed,
 ) -> bool {
@@ -205,7 +335,7 @@ fn free_subtree(
     let mut changed = Vec::new();
     for (slot, &child) in ptrs.iter().enumerate() {
         let ci = bmap::child_index(level, index, slot, p);
-        if ci + child_span <= from {
+        if ci + child_span <= from || ci >= end {
             continue;
         }
         if level == 1 {
@@ -213,11 +343,12 @@ fn free_subtree(
                 freed.data_block(child);
                 changed.push(slot);
             }
-        } else if free_subtree(st, level - 1, ci, from, p, freed) {
+        } else if free_subtree(st, level - 1, ci, (from, end), p, freed) {
             changed.push(slot);
         }
     }
-    if index >= from {
+    let inside = index >= from && index.saturating_add(bmap::span(level, p)) <= end;
+    if inside || (!changed.is_empty() && maps_nothing_else(st, level, index, &ptrs, &changed, p)) {
         let b = st.ptrs.remove(&(level, index)).unwrap();
         if b.addr != 0 {
             freed.log.push(b.addr);
@@ -241,6 +372,52 @@ mod tests {
     use super::*;
     use crate::format::inode::DiskInode;
     use crate::fs::inode::InodeEntry;
+
+    fn file() -> Arc<InodeEntry> {
+        InodeEntry::new(
+            DiskInode {
+                ino: 5,
+                mode: libc::S_IFREG,
+                ..Default::default()
+            },
+            true,
+        )
+    }
+
+    /// A run set at once maps what setting each block maps, across the direct pointers and
+    /// level-1 blocks of the single, double and triple trees, and a walk sees the same.
+    #[test]
+    fn set_run_is_set_block_by_block() {
+        let p = 8;
+        // The largest file with p = 8 is 12 + 8 + 64 + 512 = 596 blocks.
+        for (first, len) in [(0u64, 580u64), (5, 30), (19, 1), (20, 64), (83, 500)] {
+            let (a, b) = (file(), file());
+            let (mut sa, mut sb) = (a.state.write(), b.state.write());
+            let ptrs: Vec<u64> = (0..len).map(|i| 1000 + i).collect();
+            set_run(&mut sa, first, &ptrs, p).unwrap();
+            for (i, &x) in ptrs.iter().enumerate() {
+                set(&mut sb, first + i as u64, x, p).unwrap();
+            }
+            for n in 0..first + len + 10 {
+                assert_eq!(
+                    lookup(&sa, n, p),
+                    lookup(&sb, n, p),
+                    "run {first}+{len}, block {n}"
+                );
+            }
+            assert_eq!(sa.d.meta_blocks, sb.d.meta_blocks);
+            let mut seen = Vec::new();
+            walk(&sa, 0, first + len + 10, p, &mut |n, count, raw| {
+                if raw != 0 {
+                    assert_eq!(count, 1);
+                    seen.push(n);
+                }
+                true
+            })
+            .unwrap();
+            assert_eq!(seen, (first..first + len).collect::<Vec<_>>());
+        }
+    }
 
     #[test]
     fn set_lookup_free() {

@@ -11,7 +11,7 @@ use super::flags::Change;
 use super::inode::{InodeEntry, InodeState, PtrBlock};
 use super::types::*;
 use super::{Fs, Handle};
-use crate::format::bmap::{max_blocks, parent, Parent};
+use crate::format::bmap::{max_blocks, parent, unwritten, DataPtr, Parent};
 use crate::format::inode::FLAG_NOATIME;
 use crate::format::meta::decode_pointer_block;
 use crate::format::summary::Record;
@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The size of a regular file; EISDIR for a directory, EINVAL for anything else.
-fn regular_size(e: &InodeEntry) -> Result<u64> {
+pub(crate) fn regular_size(e: &InodeEntry) -> Result<u64> {
     let st = e.state.read();
     match st.d.mode & libc::S_IFMT {
         libc::S_IFREG => Ok(st.d.size),
@@ -34,7 +34,7 @@ fn regular_size(e: &InodeEntry) -> Result<u64> {
 const MAX_WINDOW: u64 = 1024;
 
 impl Fs {
-    fn handle(&self, fh: u64) -> Result<Handle> {
+    pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
         self.handles
             .lock()
             .get(&fh)
@@ -151,7 +151,7 @@ impl Fs {
     }
 
     /// Read indirect block `need` and cache it, unless it changed meanwhile.
-    fn load_ptr(&self, e: &InodeEntry, need: Need) -> Result<()> {
+    pub(crate) fn load_ptr(&self, e: &InodeEntry, need: Need) -> Result<()> {
         let raw = self.read_meta_block(need.addr)?;
         let ptrs = decode_pointer_block(
             &raw,
@@ -173,26 +173,39 @@ impl Fs {
         Ok(())
     }
 
-    /// Data address of file block `n` (0 = hole), loading indirect blocks as needed. A
-    /// pointer past the data device is corruption (EIO), never an offset to compute with.
-    fn resolve(&self, e: &InodeEntry, n: u64) -> Result<u64> {
+    /// The data pointer of file block `n` (0 = hole; an unwritten block has `UNWRITTEN`
+    /// set), loading indirect blocks as needed. A pointer to no block or past the data device
+    /// is corruption (EIO), never an offset to compute with.
+    pub(crate) fn resolve(&self, e: &InodeEntry, n: u64) -> Result<u64> {
         loop {
             let r = bmap::lookup(&e.state.read(), n, self.ppb);
             match r {
-                Ok(a) if a >= self.sb.data_blocks => {
-                    return Err(FsError::corrupt(
-                        "block map",
-                        format!(
-                            "inode {}: file block {n} points at data block {a}, past the data \
-                             device",
-                            e.ino
-                        ),
-                    ))
+                Ok(raw) => {
+                    return match DataPtr::decode(raw).addr() {
+                        Some(a) if a == 0 || a >= self.sb.data_blocks => Err(FsError::corrupt(
+                            "block map",
+                            format!(
+                                "inode {}: file block {n} points at data block {a}, not on the \
+                                 data device",
+                                e.ino
+                            ),
+                        )),
+                        _ => Ok(raw),
+                    }
                 }
-                Ok(a) => return Ok(a),
                 Err(need) => self.load_ptr(e, need)?,
             }
         }
+    }
+
+    /// The device block holding file block `n`'s bytes, or 0 when they read as zeros (a hole
+    /// or an unwritten block).
+    fn resolve_written(&self, e: &InodeEntry, n: u64) -> Result<u64> {
+        let raw = self.resolve(e, n)?;
+        Ok(match DataPtr::decode(raw) {
+            DataPtr::Written(a) => a,
+            _ => 0,
+        })
     }
 
     /// Load the indirect blocks on the path to file block `n` (for the cleaner).
@@ -308,17 +321,36 @@ impl Fs {
         self.alive()?;
         let e = self.inode(ino)?;
         let fsize = regular_size(&e)?;
-        if offset >= fsize || size == 0 {
+        let buf = self.read_range(&e, fsize, offset, size as u64)?;
+        if !buf.is_empty() {
+            self.touch_atime(&e);
+        }
+        Ok(buf)
+    }
+
+    /// Bytes [offset, offset + len) of a regular file of size `fsize`, cut at its end.
+    pub(crate) fn read_range(
+        &self,
+        e: &InodeEntry,
+        fsize: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        if offset >= fsize || len == 0 {
             return Ok(Vec::new());
         }
-        let end = fsize.min(offset.saturating_add(size as u64));
+        let end = fsize.min(offset.saturating_add(len));
         let bs = self.sb.block_size as u64;
         let mut buf = vec![0u8; (end - offset) as usize];
         let (first, last) = (offset / bs, (end - 1) / bs);
         // Runs of consecutive device blocks become one read.
         let mut run: Option<(u64, u64, u64)> = None; // (first file block, first device block, count)
         for n in first..=last + 1 {
-            let a = if n <= last { self.resolve(&e, n)? } else { 0 };
+            let a = if n <= last {
+                self.resolve_written(e, n)?
+            } else {
+                0
+            };
             match &mut run {
                 Some((_, d, c)) if a != 0 && a == *d + *c => *c += 1,
                 _ => {
@@ -331,7 +363,6 @@ impl Fs {
                 }
             }
         }
-        self.touch_atime(&e);
         Ok(buf)
     }
 
@@ -375,8 +406,29 @@ impl Fs {
     }
 
     /// Take `n` data blocks for `e` from its reservation window, reserving a new window near
-    /// `goal` when it runs out. Returns runs (start, count).
-    fn alloc_data(&self, st: &mut InodeState, n: u64, goal: u64) -> Result<Vec<(u64, u64)>> {
+    /// `goal` when it runs out. With `contiguous` (preallocation) a window is the first free
+    /// run long enough for the rest, where there is one. Returns runs (start, count); ENOSPC
+    /// (nothing reserved) when there are not `n` free blocks.
+    fn alloc_data(
+        &self,
+        st: &mut InodeState,
+        n: u64,
+        goal: u64,
+        mut contiguous: bool,
+    ) -> Result<Vec<(u64, u64)>> {
+        let in_window = st.window.map_or(0, |(next, end)| end - next);
+        if n > in_window && n - in_window > self.tables.lock().data.free_blocks() {
+            return Err(FsError::Errno(libc::ENOSPC));
+        }
+        let mut goal = goal;
+        if let (true, Some((next, end))) = (contiguous, st.window) {
+            // A window too short for a preallocation would split it: look from its start.
+            if end - next < n {
+                self.tables.lock().data.unreserve(next, end - next);
+                st.window = None;
+                goal = next;
+            }
+        }
         let mut out: Vec<(u64, u64)> = Vec::new();
         let mut need = n;
         while need > 0 {
@@ -396,14 +448,21 @@ impl Fs {
             }
             let want = need.max((8 + st.d.blocks / 8).min(MAX_WINDOW));
             let g = out.last().map(|r| r.0 + r.1).unwrap_or(goal);
-            let got = self.tables.lock().data.reserve(g, want);
+            let got = {
+                let mut t = self.tables.lock();
+                if contiguous {
+                    let got = t.data.reserve_run(g, want);
+                    // No run that long anywhere: the rest is taken as it comes.
+                    contiguous = got.is_some_and(|r| r.1 >= want.min(t.data.blocks_per_group));
+                    got
+                } else {
+                    t.data.reserve(g, want)
+                }
+            };
             match got {
                 Some((s, len)) => st.window = Some((s, s + len)),
                 None => {
-                    let mut t = self.tables.lock();
-                    for (s, c) in out {
-                        t.data.unreserve(s, c);
-                    }
+                    self.unreserve_runs(&out);
                     return Err(FsError::Errno(libc::ENOSPC));
                 }
             }
@@ -422,8 +481,8 @@ impl Fs {
                 break;
             }
             n -= 1;
-            if let Ok(a) = bmap::lookup(st, n, self.ppb) {
-                if a != 0 {
+            if let Ok(raw) = bmap::lookup(st, n, self.ppb) {
+                if let Some(a) = DataPtr::decode(raw).addr() {
                     return a + (block - n);
                 }
             }
@@ -453,8 +512,21 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        let bs = self.sb.block_size as u64;
         let off = if h.append { size } else { offset };
+        self.write_locked(&e, size, off, data)?;
+        Ok(data.len() as u32)
+    }
+
+    /// Write `data` at `off` into regular file `e` of size `size` (the caller holds its op
+    /// lock and was admitted; `data` is not empty).
+    pub(crate) fn write_locked(
+        &self,
+        e: &Arc<InodeEntry>,
+        size: u64,
+        off: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let bs = self.sb.block_size as u64;
         let end = off
             .checked_add(data.len() as u64)
             .ok_or(FsError::Errno(libc::EFBIG))?;
@@ -467,39 +539,27 @@ impl Fs {
         // durable data past the in-memory end (an uncommitted truncate), which a refused
         // write must leave as it is.
         let zero_tail = if off > size {
-            self.tail_past_end(&e, size, off)?
+            self.tail_past_end(e, size, off)?
         } else {
             None
         };
         let mut addrs = Vec::with_capacity((last - first + 1) as usize);
+        // Blocks written whole, zero-padded: new ones, and unwritten ones (whose old bytes
+        // read as zeros); their pointers change once the data is on the device.
+        let mut fresh = Vec::with_capacity(addrs.capacity());
         for n in first..=last {
-            addrs.push(self.resolve(&e, n)?);
+            let ptr = DataPtr::decode(self.resolve(e, n)?);
+            addrs.push(ptr.addr().unwrap_or(0));
+            fresh.push(!ptr.is_written());
         }
         let holes = addrs.iter().filter(|&&a| a == 0).count() as u64;
-        let mut fresh = vec![false; addrs.len()];
         let mut new_runs = Vec::new();
         if holes > 0 {
             let first_hole = first + addrs.iter().position(|&a| a == 0).unwrap() as u64;
-            let alloc = || {
-                let mut st = e.state.write();
-                let goal = self.data_goal(&st, first_hole);
-                self.alloc_data(&mut st, holes, goal)
-            };
-            new_runs = match alloc() {
-                // Blocks freed by deletes become allocatable once the log has the free: a
-                // full device has room again right after `rm`, not only after the next flush.
-                Err(FsError::Errno(libc::ENOSPC)) if self.data_frees_pending() => {
-                    self.sync_log()?;
-                    alloc()?
-                }
-                r => r?,
-            };
+            new_runs = self.alloc_data_retrying(e, holes, first_hole, false)?;
             let mut it = new_runs.iter().flat_map(|&(s, c)| s..s + c);
-            for (i, a) in addrs.iter_mut().enumerate() {
-                if *a == 0 {
-                    *a = it.next().unwrap();
-                    fresh[i] = true;
-                }
+            for a in addrs.iter_mut().filter(|a| **a == 0) {
+                *a = it.next().unwrap();
             }
         }
         let written = match zero_tail {
@@ -508,10 +568,7 @@ impl Fs {
         }
         .and_then(|()| self.write_blocks(&addrs, &fresh, first, off, data));
         if let Err(err) = written {
-            let mut t = self.tables.lock();
-            for &(s, c) in &new_runs {
-                t.data.unreserve(s, c);
-            }
+            self.unreserve_runs(&new_runs);
             return Err(err);
         }
         self.data_dirty.store(true, Ordering::Release);
@@ -521,27 +578,66 @@ impl Fs {
             if fresh[i] {
                 let old = bmap::set(&mut st, first + i as u64, a, self.ppb)
                     .expect("indirect blocks were loaded under the op lock");
-                debug_assert_eq!(old, 0);
+                debug_assert!(
+                    old == 0 || old == unwritten(a),
+                    "file block {}",
+                    first + i as u64
+                );
             }
         }
         st.d.blocks += holes;
-        if holes > 0 {
+        if fresh.contains(&true) {
             self.charge_block_range(first, last);
         }
-        {
-            let mut recs = self.records.lock();
-            for &(start, count) in &new_runs {
-                recs.push(Record::DAlloc { start, count });
-            }
-        }
+        self.record_allocations(&new_runs);
         if end > st.d.size {
             st.d.size = end;
         }
         let now = super::inode::to_disk_time(Timespec::now());
         st.d.mtime = now;
         st.d.ctime = now;
-        self.mark_dirty(&e, &mut st);
-        Ok(data.len() as u32)
+        self.mark_dirty(e, &mut st);
+        Ok(())
+    }
+
+    /// Reserve `n` data blocks for `e`, the first near file block `block`. Blocks freed by
+    /// deletes become allocatable once the log has the free: a full device has room again
+    /// right after `rm`, not only after the next flush.
+    pub(crate) fn alloc_data_retrying(
+        &self,
+        e: &InodeEntry,
+        n: u64,
+        block: u64,
+        contiguous: bool,
+    ) -> Result<Vec<(u64, u64)>> {
+        let alloc = || {
+            let mut st = e.state.write();
+            let goal = self.data_goal(&st, block);
+            self.alloc_data(&mut st, n, goal, contiguous)
+        };
+        match alloc() {
+            Err(FsError::Errno(libc::ENOSPC)) if self.data_frees_pending() => {
+                self.sync_log()?;
+                alloc()
+            }
+            r => r,
+        }
+    }
+
+    /// Give back reserved runs an operation could not use.
+    pub(crate) fn unreserve_runs(&self, runs: &[(u64, u64)]) {
+        let mut t = self.tables.lock();
+        for &(s, c) in runs {
+            t.data.unreserve(s, c);
+        }
+    }
+
+    /// Log the allocation of `runs` (under the gate, with the pointers that use them).
+    pub(crate) fn record_allocations(&self, runs: &[(u64, u64)]) {
+        let mut recs = self.records.lock();
+        for &(start, count) in runs {
+            recs.push(Record::DAlloc { start, count });
+        }
     }
 
     /// Put `data` (file offset `off`) into device blocks `addrs` (file blocks from `first`).
@@ -587,20 +683,26 @@ impl Fs {
     /// The end of a file moves from `size` to `to`: the bytes past `size` in its last block are
     /// garbage on the device (left by an earlier truncate) and must read as zeros from then on.
     /// Returns where they are (device offset, length), if anywhere.
-    fn tail_past_end(&self, e: &InodeEntry, size: u64, to: u64) -> Result<Option<(u64, usize)>> {
+    pub(crate) fn tail_past_end(
+        &self,
+        e: &InodeEntry,
+        size: u64,
+        to: u64,
+    ) -> Result<Option<(u64, usize)>> {
         let bs = self.sb.block_size as u64;
         if size % bs == 0 {
             return Ok(None);
         }
-        let a = self.resolve(e, size / bs)?;
+        let a = self.resolve_written(e, size / bs)?;
         if a == 0 {
-            return Ok(None);
+            return Ok(None); // a hole or an unwritten block: its bytes read as zeros
         }
         let upto = to.min((size / bs + 1) * bs);
         Ok(Some((a * bs + size % bs, (upto - size) as usize)))
     }
 
-    /// Change a regular file's size (the caller holds its op lock).
+    /// Change a regular file's size (the caller holds its op lock). Blocks preallocated past
+    /// the new end go too.
     pub(crate) fn truncate_locked(&self, e: &Arc<InodeEntry>, new_size: u64) -> Result<()> {
         self.writable()?;
         let bs = self.sb.block_size as u64;

@@ -114,3 +114,35 @@ fn the_write_back_cache_may_push_times_of_an_append_only_file() {
     fs.release(f.ino, fh).unwrap();
     fs.unmount().unwrap();
 }
+
+#[test]
+fn fallocate_and_copies_follow_the_flags() {
+    // As vfs_fallocate: an append-only file may be allocated (with or without KEEP_SIZE),
+    // never punched or zeroed; an immutable one not at all; no copy lands in either.
+    let (_m, _d, fs) = fresh();
+    let (src, sfh) = fs.create(&U, ROOT, b"src", 0o644, libc::O_RDWR).unwrap();
+    fs.write(src.ino, sfh, 0, &[7u8; 8192]).unwrap();
+    let (f, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
+    fs.set_inode_flags(&Caller::ROOT, f.ino, FLAG_APPEND)
+        .unwrap();
+    fs.fallocate(f.ino, fh, 0, 4096, 0).unwrap();
+    fs.fallocate(f.ino, fh, 4096, 4096, libc::FALLOC_FL_KEEP_SIZE)
+        .unwrap();
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    eperm(fs.fallocate(f.ino, fh, 0, 4096, punch));
+    eperm(fs.fallocate(f.ino, fh, 0, 4096, libc::FALLOC_FL_ZERO_RANGE));
+    eperm(fs.copy_file_range(src.ino, sfh, 0, f.ino, fh, 0, 8192, 0));
+    fs.set_inode_flags(&Caller::ROOT, f.ino, FLAG_IMMUTABLE)
+        .unwrap();
+    eperm(fs.fallocate(f.ino, fh, 0, 8192, 0));
+    eperm(fs.copy_file_range(src.ino, sfh, 0, f.ino, fh, 0, 8192, 0));
+    fs.set_inode_flags(&Caller::ROOT, f.ino, 0).unwrap();
+    assert_eq!(
+        fs.copy_file_range(src.ino, sfh, 0, f.ino, fh, 0, 8192, 0)
+            .unwrap(),
+        8192
+    );
+    fs.release(f.ino, fh).unwrap();
+    fs.release(src.ino, sfh).unwrap();
+    fs.unmount().unwrap();
+}

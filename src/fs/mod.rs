@@ -10,7 +10,9 @@ mod attr;
 mod blockcache;
 mod bmap;
 pub mod clean;
+mod copy;
 mod dir;
+mod fallocate;
 mod file;
 mod flags;
 mod flush;
@@ -19,9 +21,12 @@ mod kernel_refs;
 mod mount;
 mod rename;
 mod repair;
+mod seek;
 pub mod types;
 
+pub use copy::COPY_MAX;
 pub use mount::{check_pair, read_superblock};
+pub use seek::Whence;
 pub use types::*;
 
 use crate::betree::{BeTree, NodeLoader};
@@ -313,5 +318,7 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
 mod flags_tests;
 #[cfg(test)]
 mod node_id_tests;
+#[cfg(test)]
+mod falloc_tests;
 #[cfg(test)]
 mod tests;

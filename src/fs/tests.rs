@@ -4,9 +4,9 @@ use super::*;
 use crate::device::MemDevice;
 use crate::mkfs::{mkfs, MkfsParams};
 
-const ROOT: u64 = crate::format::ROOT_INO;
+pub(super) const ROOT: u64 = crate::format::ROOT_INO;
 
-fn devices(meta_mb: u64, data_mb: u64) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
+pub(super) fn devices(meta_mb: u64, data_mb: u64) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
     let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(meta_mb << 20));
     let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(data_mb << 20));
     mkfs(
@@ -21,7 +21,7 @@ fn devices(meta_mb: u64, data_mb: u64) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDe
     (meta, data)
 }
 
-fn mount(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Arc<Fs> {
+pub(super) fn mount(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Arc<Fs> {
     Fs::mount(meta.clone(), data.clone(), MountOptions::default()).unwrap()
 }
 
@@ -36,7 +36,7 @@ fn names(fs: &Fs, dir: u64) -> Vec<String> {
     v
 }
 
-const U: Caller = Caller {
+pub(super) const U: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: 0,
@@ -234,7 +234,7 @@ fn removing_long_symlinks_frees_no_data_blocks() {
 }
 
 /// Copies of both devices as they are now (a power cut right here, with every write done).
-fn crash_copy(
+pub(super) fn crash_copy(
     m: &Arc<dyn BlockDevice>,
     d: &Arc<dyn BlockDevice>,
 ) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {

@@ -226,6 +226,47 @@ impl DataMap {
         None
     }
 
+    /// Like `reserve`, but prefers a run of `max` blocks (at most a group: runs never cross
+    /// groups): the first free run that long at or after `goal` (wrapping around), else
+    /// whatever `reserve` finds. For preallocation, which wants one extent where the device
+    /// allows and can afford to look for it.
+    pub fn reserve_run(&mut self, goal: u64, max: u64) -> Option<(u64, u64)> {
+        let want = max.min(self.blocks_per_group) as usize;
+        if want == 0 || (self.free_blocks() as usize) < want {
+            return self.reserve(goal, max);
+        }
+        let ng = self.ngroups();
+        let goal = if goal >= self.data_blocks { 0 } else { goal };
+        let g0 = self.group_of(goal);
+        for step in 0..=ng {
+            let g = ((g0 + step) % ng) as usize;
+            let from = match step {
+                0 => (goal % self.blocks_per_group) as usize,
+                _ => 0,
+            };
+            let mut pos = from.max(self.free_hint[g]);
+            while let Some(first) = self.first_free(g, pos) {
+                let mut n = 1;
+                while n < want
+                    && first + n < self.blocks_per_group as usize
+                    && self.is_free_bit(g, first + n)
+                {
+                    n += 1;
+                }
+                if n == want {
+                    self.reserved[g][first..first + n].fill(true);
+                    self.reserved_count += n as u64;
+                    if self.free_hint[g] == first {
+                        self.free_hint[g] = first + n;
+                    }
+                    return Some((g as u64 * self.blocks_per_group + first as u64, n as u64));
+                }
+                pos = first + n;
+            }
+        }
+        self.reserve(goal, max)
+    }
+
     fn is_free_bit(&self, g: usize, b: usize) -> bool {
         !self.committed[g][b] && !self.reserved[g][b]
     }
@@ -556,6 +597,25 @@ mod tests {
                 .committed_free(),
             998
         );
+    }
+
+    /// `reserve_run` takes the first run long enough, past shorter free fragments, wrapping
+    /// around; with none that long it takes what `reserve` would.
+    #[test]
+    fn reserve_run_prefers_one_extent() {
+        let mut m = DataMap::new(4096, 1000, 300);
+        // Group 0: blocks 1..=100 free one in two; the rest of it allocated.
+        m.commit_alloc(1, 299).unwrap();
+        for b in (1..100).step_by(2) {
+            m.commit_free(b, 1).unwrap();
+        }
+        assert_eq!(m.reserve_run(0, 50), Some((300, 50)));
+        // From a goal past every long run: wraps around to the first one.
+        m.commit_alloc(350, 650).unwrap();
+        m.unreserve(300, 50);
+        assert_eq!(m.reserve_run(999, 40), Some((300, 40)));
+        // No run that long anywhere: the first free block, as `reserve` finds it.
+        assert_eq!(m.reserve_run(999, 40), Some((1, 1)));
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The oracle's model: a tiny in-memory file system that replays the workload's operations,
 //! plus the views of a tree (model or real) that crash states are compared on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::ops::{pattern, Op};
+use super::ops::{pattern, Falloc, Op};
+
+/// Block size of the crash harness's file systems.
+pub const BS: u64 = 4096;
 
 pub type Id = u64;
 pub const ROOT: Id = 1;
@@ -67,6 +70,9 @@ impl DataWrite {
 pub struct Model {
     pub inodes: BTreeMap<Id, Inode>,
     next: Id,
+    /// Per file, the blocks that hold written data (SEEK_DATA finds them): written, and not
+    /// truncated, punched or zeroed whole since. Preallocated blocks are holes.
+    written: BTreeMap<Id, BTreeSet<u64>>,
 }
 
 pub type Errno = i32;
@@ -99,7 +105,11 @@ impl Model {
                 nlink: 2,
             },
         );
-        Model { inodes, next: 3 }
+        Model {
+            inodes,
+            next: 3,
+            written: BTreeMap::new(),
+        }
     }
 
     fn get(&self, id: Id) -> &Inode {
@@ -222,6 +232,7 @@ impl Model {
                         Kind::Symlink => Ok(()),
                         Kind::File => {
                             self.file_mut(id).clear();
+                            self.written.remove(&id);
                             Ok(())
                         }
                     },
@@ -240,15 +251,12 @@ impl Model {
             Op::Write { path, off, len } => self.write(gi, path, Some(*off), *len, writes),
             Op::Append { path, len } => self.write(gi, path, None, *len, writes),
             Op::Truncate { path, size } => {
-                let id = self.resolve(path)?;
-                match self.get(id).kind() {
-                    Kind::Dir => return Err(libc::EISDIR),
-                    Kind::Symlink => return Err(libc::EINVAL),
-                    Kind::File => {}
-                }
+                let id = self.regular_file(path, libc::EINVAL)?;
                 let d = self.file_mut(id);
                 let old = d.len() as u64;
                 d.resize(*size as usize, 0);
+                let keep = size.div_ceil(BS);
+                self.written.entry(id).or_default().retain(|&b| b < keep);
                 if *size > old {
                     writes.entry(id).or_default().push(DataWrite {
                         op: gi,
@@ -311,6 +319,12 @@ impl Model {
                 self.inodes.get_mut(&id).unwrap().perm = *perm;
                 Ok(())
             }
+            Op::Fallocate {
+                path,
+                mode,
+                off,
+                len,
+            } => self.fallocate(gi, path, *mode, *off, *len, writes),
             Op::Hold(p) => self.resolve(p).map(drop),
             Op::Persist(..) | Op::Release | Op::Clean | Op::Mount | Op::Unmount => Ok(()),
         }
@@ -324,12 +338,7 @@ impl Model {
         len: u64,
         writes: &mut BTreeMap<Id, Vec<DataWrite>>,
     ) -> Result<(), Errno> {
-        let id = self.resolve(path)?;
-        match self.get(id).kind() {
-            Kind::Dir => return Err(libc::EISDIR),
-            Kind::Symlink => return Err(libc::EINVAL),
-            Kind::File => {}
-        }
+        let id = self.regular_file(path, libc::EINVAL)?;
         let d = self.file_mut(id);
         let size = d.len() as u64;
         let off = off.unwrap_or(size);
@@ -339,6 +348,10 @@ impl Model {
         }
         for o in off..end {
             d[o as usize] = pattern(gi, o);
+        }
+        if len > 0 {
+            let blocks = off / BS..=(end - 1) / BS;
+            self.written.entry(id).or_default().extend(blocks);
         }
         let w = writes.entry(id).or_default();
         if off > size {
@@ -356,6 +369,70 @@ impl Model {
             zeros: false,
         });
         Ok(())
+    }
+
+    /// The regular file at `path`: EISDIR for a directory, `on_symlink` for a symlink.
+    fn regular_file(&self, path: &str, on_symlink: Errno) -> Result<Id, Errno> {
+        let id = self.resolve(path)?;
+        match self.get(id).kind() {
+            Kind::Dir => Err(libc::EISDIR),
+            Kind::Symlink => Err(on_symlink),
+            Kind::File => Ok(id),
+        }
+    }
+
+    /// fallocate as DualFS does it: preallocation changes no byte (but a size that grows);
+    /// punching and zeroing make the range read as zeros and its whole blocks holes.
+    fn fallocate(
+        &mut self,
+        gi: usize,
+        path: &str,
+        mode: Falloc,
+        off: u64,
+        len: u64,
+        writes: &mut BTreeMap<Id, Vec<DataWrite>>,
+    ) -> Result<(), Errno> {
+        let id = self.regular_file(path, libc::ENODEV)?;
+        let end = off + len;
+        let d = self.file_mut(id);
+        let size = d.len() as u64;
+        let grows = !mode.keeps_size() && end > size;
+        if grows {
+            d.resize(end as usize, 0);
+        }
+        let zeroes = !matches!(mode, Falloc::Allocate | Falloc::KeepSize);
+        if zeroes {
+            let upto = end.min(d.len() as u64);
+            if off < upto {
+                d[off as usize..upto as usize].fill(0);
+            }
+        }
+        let w = writes.entry(id).or_default();
+        let zeros = |off: u64, len: u64| DataWrite {
+            op: gi,
+            off,
+            len,
+            zeros: true,
+        };
+        if grows {
+            w.push(zeros(size, end - size));
+        }
+        if zeroes {
+            w.push(zeros(off, len));
+            let (lo, hi) = (off.div_ceil(BS), end / BS);
+            self.written
+                .entry(id)
+                .or_default()
+                .retain(|&b| b < lo || b >= hi);
+        }
+        Ok(())
+    }
+
+    /// Which blocks of file `id` hold data, up to its end.
+    pub fn data_blocks(&self, id: Id) -> Vec<bool> {
+        let n = (self.content(id).len() as u64).div_ceil(BS);
+        let w = self.written.get(&id);
+        (0..n).map(|b| w.is_some_and(|w| w.contains(&b))).collect()
     }
 
     fn rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {

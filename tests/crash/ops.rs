@@ -65,6 +65,13 @@ pub enum Op {
         path: String,
         perm: u16,
     },
+    /// fallocate(2) of [off, off + len) through a read-write handle.
+    Fallocate {
+        path: String,
+        mode: Falloc,
+        off: u64,
+        len: u64,
+    },
     /// Open the file (read-only) and keep it open (closing the one held before), so that an
     /// unlink makes it an orphan that a crash leaves for the next mount to free.
     Hold(String),
@@ -77,6 +84,53 @@ pub enum Op {
     Mount,
     /// Clean unmount at the end (its checkpoint is part of the record).
     Unmount,
+}
+
+/// The fallocate modes the workloads use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Falloc {
+    /// Mode 0: allocate, extend the size.
+    Allocate,
+    KeepSize,
+    /// PUNCH_HOLE | KEEP_SIZE.
+    PunchHole,
+    ZeroRange,
+    ZeroRangeKeepSize,
+}
+
+impl Falloc {
+    pub const ALL: [Falloc; 5] = [
+        Falloc::Allocate,
+        Falloc::KeepSize,
+        Falloc::PunchHole,
+        Falloc::ZeroRange,
+        Falloc::ZeroRangeKeepSize,
+    ];
+
+    pub fn mode(self) -> i32 {
+        let keep = libc::FALLOC_FL_KEEP_SIZE;
+        match self {
+            Falloc::Allocate => 0,
+            Falloc::KeepSize => keep,
+            Falloc::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | keep,
+            Falloc::ZeroRange => libc::FALLOC_FL_ZERO_RANGE,
+            Falloc::ZeroRangeKeepSize => libc::FALLOC_FL_ZERO_RANGE | keep,
+        }
+    }
+
+    pub fn keeps_size(self) -> bool {
+        self.mode() & libc::FALLOC_FL_KEEP_SIZE != 0
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Falloc::Allocate => "fallocate",
+            Falloc::KeepSize => "fallocate -n",
+            Falloc::PunchHole => "punch",
+            Falloc::ZeroRange => "zero-range",
+            Falloc::ZeroRangeKeepSize => "zero-range -n",
+        }
+    }
 }
 
 impl Op {
@@ -101,6 +155,12 @@ impl fmt::Display for Op {
             Op::Rename { from, to } => write!(f, "rename {from} {to}"),
             Op::Symlink { path, target } => write!(f, "symlink {path} ({} bytes)", target.len()),
             Op::Chmod { path, perm } => write!(f, "chmod {path} {perm:o}"),
+            Op::Fallocate {
+                path,
+                mode,
+                off,
+                len,
+            } => write!(f, "{} {path} @{off}+{len}", mode.name()),
             Op::Hold(p) => write!(f, "hold {p} open"),
             Op::Release => write!(f, "close the held file"),
             Op::Persist(Persist::Fsync(p)) => write!(f, "fsync {p}"),
@@ -243,6 +303,12 @@ pub fn exec(fs: &Fs, op: &Op, gi: usize, held: &mut Held) -> Result<(), i32> {
             };
             fs.setattr(&WHO, ino, &set).map_err(errno).map(drop)
         }
+        Op::Fallocate {
+            path,
+            mode,
+            off,
+            len,
+        } => fallocate(fs, path, *mode, *off, *len),
         Op::Persist(p) => {
             let ino = nearest(fs, p.path()).1;
             match p {
@@ -286,4 +352,12 @@ fn write(fs: &Fs, gi: usize, path: &str, off: Option<u64>, len: u64) -> Result<(
         Ok(n) => panic!("short write: {n} of {len}"),
         Err(e) => Err(errno(e)),
     }
+}
+
+fn fallocate(fs: &Fs, path: &str, mode: Falloc, off: u64, len: u64) -> Result<(), i32> {
+    let ino = lookup_path(fs, path)?;
+    let fh = fs.open(&WHO, ino, libc::O_RDWR).map_err(errno)?;
+    let r = fs.fallocate(ino, fh, off, len, mode.mode());
+    fs.release(ino, fh).map_err(errno)?;
+    r.map_err(errno)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dualfs::device::{BlockDevice, MemDevice, RecordingDevice, SeqClock, WriteSubset};
-use dualfs::fs::{Caller, FileKind, Fs, MountOptions};
+use dualfs::fs::{Caller, FileKind, Fs, MountOptions, Whence};
 use dualfs::mkfs::{mkfs, MkfsParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -238,6 +238,7 @@ fn data_target(m: &Model, op: &Op) -> Option<Id> {
     let path = match op {
         Op::Creat(p) => p,
         Op::Write { path, .. } | Op::Append { path, .. } | Op::Truncate { path, .. } => path,
+        Op::Fallocate { path, .. } => path,
         _ => return None,
     };
     let id = m.resolve(path).ok()?;
@@ -430,6 +431,8 @@ pub fn sample(mut points: Vec<CrashPoint>, max: usize, rng: &mut StdRng) -> Vec<
 pub struct Observed {
     pub view: View,
     pub contents: BTreeMap<String, Vec<u8>>,
+    /// Of every file, which blocks SEEK_DATA / SEEK_HOLE call data.
+    pub data_blocks: BTreeMap<String, Vec<bool>>,
 }
 
 fn kind_of(k: FileKind) -> Kind {
@@ -482,6 +485,7 @@ pub fn observe(fs: &Fs) -> Result<Observed, String> {
     }
     let mut view = View::default();
     let mut contents = BTreeMap::new();
+    let mut data_blocks_of = BTreeMap::new();
     for (p, a) in &list {
         let kind = kind_of(a.kind);
         let (size, target) = match kind {
@@ -519,6 +523,8 @@ pub fn observe(fs: &Fs) -> Result<Observed, String> {
                 return Err(format!("/{p}: read {} of {} bytes", data.len(), a.size));
             }
             contents.insert(p.clone(), data);
+            let blocks = data_blocks(fs, a.ino, a.size).map_err(|x| e("lseek", p, x))?;
+            data_blocks_of.insert(p.clone(), blocks);
         }
         view.entries.insert(
             p.clone(),
@@ -533,7 +539,29 @@ pub fn observe(fs: &Fs) -> Result<Observed, String> {
             },
         );
     }
-    Ok(Observed { view, contents })
+    Ok(Observed {
+        view,
+        contents,
+        data_blocks: data_blocks_of,
+    })
+}
+
+/// Which blocks of a file of `size` bytes SEEK_DATA / SEEK_HOLE call data.
+fn data_blocks(fs: &Fs, ino: u64, size: u64) -> Result<Vec<bool>, dualfs::FsError> {
+    let bs = super::model::BS;
+    let mut blocks = vec![false; size.div_ceil(bs) as usize];
+    let mut pos = 0;
+    while pos < size {
+        let data = match fs.seek(ino, pos, Whence::Data) {
+            Err(e) if e.errno() == libc::ENXIO => break,
+            r => r?,
+        };
+        let hole = fs.seek(ino, data, Whence::Hole)?;
+        assert!(data % bs == 0 && (hole % bs == 0 || hole == size) && hole > data);
+        blocks[(data / bs) as usize..hole.div_ceil(bs) as usize].fill(true);
+        pos = hole;
+    }
+    Ok(blocks)
 }
 
 /// How one crash state was judged.
@@ -617,6 +645,11 @@ fn same(a: &Observed, b: &Observed) -> Option<String> {
     for (p, c) in &a.contents {
         if b.contents.get(p) != Some(c) {
             return Some(format!("/{p}: content differs"));
+        }
+    }
+    for (p, c) in &a.data_blocks {
+        if b.data_blocks.get(p) != Some(c) {
+            return Some(format!("/{p}: holes differ"));
         }
     }
     None
@@ -785,13 +818,33 @@ fn compare(rec: &Recording, found: &Observed, p: usize, lo: usize, hi: usize) ->
         let got = &found.contents[path];
         let exp = model.content(e.id);
         assert_eq!(got.len(), exp.len(), "sizes were compared");
-        if got == exp {
-            continue;
-        }
         let loose = rec
             .touched
             .get(&e.id)
             .is_some_and(|v| v.iter().any(|&i| i >= lo && i < hi));
+        // Untouched since the last persistence point, a file has exactly the model's holes.
+        let holes = &found.data_blocks[path];
+        let want_holes = model.data_blocks(e.id);
+        if !loose && *holes != want_holes {
+            let b = holes.iter().zip(&want_holes).position(|(x, y)| x != y);
+            out.push(format!(
+                "/{path}: block {b:?} is {} by SEEK_DATA, expected {} (untouched since the \
+                 last persistence point)",
+                if b.is_some_and(|b| holes[b]) {
+                    "data"
+                } else {
+                    "a hole"
+                },
+                if b.is_some_and(|b| want_holes[b]) {
+                    "data"
+                } else {
+                    "a hole"
+                },
+            ));
+        }
+        if got == exp {
+            continue;
+        }
         let no_writes = Vec::new();
         let ws = rec.writes.get(&e.id).unwrap_or(&no_writes);
         let bad: Vec<usize> = (0..got.len())

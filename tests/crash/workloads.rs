@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 
 use super::model::{split, Kind, Model};
-use super::ops::{Op, Persist};
+use super::ops::{Falloc, Op, Persist};
 use super::run::Workload;
 
 // ---------------------------------------------------------------------------------------------
@@ -42,8 +42,39 @@ pub fn ace_setup() -> Vec<Op> {
     ]
 }
 
-/// Every core operation over the small tree (64 of them).
+/// Every core operation over the small tree (64 of them, then the fallocate ones).
 pub fn ace_core_ops() -> Vec<Op> {
+    let mut v = ace_namespace_and_data_ops();
+    v.extend(ace_falloc_ops());
+    v
+}
+
+/// fallocate in every mode on the two files of the setup (A/foo: 9000 bytes, A/bar: 3000):
+/// growing past a partial last block, preallocating past the end, punching and zeroing
+/// across partial and whole blocks, zeroing past the end (10 ops, after the 64 others so
+/// that their numbers stay).
+pub fn ace_falloc_ops() -> Vec<Op> {
+    let mut v = Vec::new();
+    for f in ["A/foo", "A/bar"] {
+        for (mode, off, len) in [
+            (Falloc::Allocate, 4096, 12_288),
+            (Falloc::KeepSize, 0, 20_480),
+            (Falloc::PunchHole, 1000, 8000),
+            (Falloc::ZeroRangeKeepSize, 2000, 7000),
+            (Falloc::ZeroRange, 6000, 10_000),
+        ] {
+            v.push(Op::Fallocate {
+                path: s(f),
+                mode,
+                off,
+                len,
+            });
+        }
+    }
+    v
+}
+
+fn ace_namespace_and_data_ops() -> Vec<Op> {
     let mut v = Vec::new();
     for f in ACE_FILES {
         v.push(Op::Creat(s(f)));
@@ -129,7 +160,8 @@ fn main_path(op: &Op) -> String {
         | Op::Append { path, .. }
         | Op::Truncate { path, .. }
         | Op::Symlink { path, .. }
-        | Op::Chmod { path, .. } => path.clone(),
+        | Op::Chmod { path, .. }
+        | Op::Fallocate { path, .. } => path.clone(),
         Op::Link { to, .. } | Op::Rename { to, .. } => to.clone(),
         _ => String::new(),
     }
@@ -222,6 +254,9 @@ pub enum Flavor {
     /// Hundreds of long names in two directories: the directory tree splits, buffers messages
     /// in internal nodes, merges and frees nodes.
     Names,
+    /// Writes, truncates and fallocate in every mode (preallocation past the end, punched
+    /// holes, zeroed ranges, some too big for the small data device) on a few files.
+    Holes,
 }
 
 /// The name pool of `Flavor::Names`: long names, so a tree node holds few of them.
@@ -255,7 +290,7 @@ pub fn random(flavor: Flavor, seed: u64, n: usize) -> Workload {
             _ => rand_file(rng),
         };
         let existing = match flavor {
-            Flavor::Names | Flavor::Full => 0.95,
+            Flavor::Names | Flavor::Full | Flavor::Holes => 0.95,
             _ => 0.8,
         };
         let f = if !files.is_empty() && rng.gen_bool(existing) {
@@ -268,6 +303,7 @@ pub fn random(flavor: Flavor, seed: u64, n: usize) -> Workload {
             Flavor::Mixed => mixed_op(&mut rng, r, f),
             Flavor::Churn => churn_op(&mut rng, r, f),
             Flavor::Full => full_op(&mut rng, r, f),
+            Flavor::Holes => holes_op(&mut rng, r, f),
             Flavor::Names => {
                 let other = fresh(&mut rng);
                 names_op(&mut rng, r, f, other)
@@ -282,6 +318,7 @@ pub fn random(flavor: Flavor, seed: u64, n: usize) -> Workload {
         Flavor::Churn => "churn",
         Flavor::Full => "full",
         Flavor::Names => "names",
+        Flavor::Holes => "holes",
     };
     Workload {
         id: format!("{name}/{seed}"),
@@ -454,6 +491,62 @@ fn names_op(rng: &mut StdRng, r: u32, f: String, other: String) -> Op {
     }
 }
 
+/// An offset for `holes_op`: block-aligned or not, in the first blocks, the indirect range
+/// (from 48 KiB) or the double-indirect one (from 2 MiB + 80 KiB).
+fn hole_offset(rng: &mut StdRng) -> u64 {
+    let base = match rng.gen_range(0..10) {
+        0..=5 => 0,
+        6..=8 => 40_000,
+        _ => 2_100_000,
+    };
+    let off = base + rng.gen_range(0..60_000);
+    if rng.gen_bool(0.4) {
+        off / 4096 * 4096
+    } else {
+        off
+    }
+}
+
+fn holes_op(rng: &mut StdRng, r: u32, f: String) -> Op {
+    let len = |rng: &mut StdRng| match rng.gen_range(0..6) {
+        0 => rng.gen_range(1..200),
+        1 => 4096 * rng.gen_range(1..8),
+        // More than the 2 MiB data device: ENOSPC, which must leave the file as it was.
+        2 if rng.gen_ratio(1, 4) => rng.gen_range(2_200_000..3_000_000),
+        _ => rng.gen_range(1..40_000),
+    };
+    match r {
+        0..=7 => Op::Creat(rand_file(rng)),
+        8..=27 => Op::Write {
+            path: f,
+            off: hole_offset(rng),
+            len: rng.gen_range(1..12_000),
+        },
+        28..=33 => Op::Append {
+            path: f,
+            len: rng.gen_range(1..9000),
+        },
+        34..=41 => Op::Truncate {
+            path: f,
+            size: hole_offset(rng),
+        },
+        42..=71 => Op::Fallocate {
+            path: f,
+            mode: Falloc::ALL[rng.gen_range(0..Falloc::ALL.len())],
+            off: hole_offset(rng),
+            len: len(rng),
+        },
+        72..=75 => Op::Unlink(f),
+        76..=78 => Op::Rename {
+            from: f,
+            to: rand_file(rng),
+        },
+        79..=80 => Op::Hold(f),
+        81 => Op::Release,
+        _ => persist(rng, f),
+    }
+}
+
 /// The workload a `DUALFS_CRASH_CASE` id names.
 pub fn by_id(id: &str, random_len: usize) -> Workload {
     let (family, rest) = id.split_once('/').expect("family/number");
@@ -469,6 +562,7 @@ pub fn by_id(id: &str, random_len: usize) -> Workload {
         "churn" => random(Flavor::Churn, nums[0], random_len),
         "names" => random(Flavor::Names, nums[0], random_len),
         "full" => random(Flavor::Full, nums[0], random_len),
+        "holes" => random(Flavor::Holes, nums[0], random_len),
         _ => panic!("unknown workload family {family:?}"),
     }
 }

@@ -258,3 +258,52 @@ in_both_modes!(
         assert!(r.problems.is_empty(), "{r}");
     }
 );
+
+/// Preallocation, punched holes and zeroed ranges (unwritten data pointers, indirect blocks
+/// past the end of a file), built once; tests damage copies of it.
+/// - `pre`: 40 blocks preallocated (mode 0), block 3 written;
+/// - `keep`: one written block, 600 more preallocated past its end (single and double
+///   indirect blocks past the end of the file);
+/// - `punched`: 600 written blocks, blocks 100..500 punched;
+/// - `zeroed`: 20 written blocks, blocks 5..15 zeroed.
+pub fn unwritten_image() -> Image {
+    static BASE: OnceLock<Image> = OnceLock::new();
+    BASE.get_or_init(|| Image::after(unwritten_work)).copy()
+}
+
+pub fn unwritten_work(fs: &crate::fs::Fs) {
+    let open = |name: &[u8]| {
+        let (a, fh) = fs.create(&U, ROOT, name, 0o644, libc::O_RDWR).unwrap();
+        (a.ino, fh)
+    };
+    let keep_size = libc::FALLOC_FL_KEEP_SIZE;
+    let (f, fh) = open(b"pre");
+    fs.fallocate(f, fh, 0, 40 * BS, 0).unwrap();
+    fs.write(f, fh, 3 * BS + 5, b"written").unwrap();
+    fs.release(f, fh).unwrap();
+    let (f, fh) = open(b"keep");
+    fs.write(f, fh, 0, &[1; 100]).unwrap();
+    fs.fallocate(f, fh, BS, 600 * BS, keep_size).unwrap();
+    fs.release(f, fh).unwrap();
+    let (f, fh) = open(b"punched");
+    fs.write(f, fh, 0, &vec![2; 600 * BS as usize]).unwrap();
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | keep_size;
+    fs.fallocate(f, fh, 100 * BS, 400 * BS, punch).unwrap();
+    fs.release(f, fh).unwrap();
+    let (f, fh) = open(b"zeroed");
+    fs.write(f, fh, 0, &vec![3; 20 * BS as usize]).unwrap();
+    fs.fallocate(f, fh, 5 * BS, 10 * BS, libc::FALLOC_FL_ZERO_RANGE)
+        .unwrap();
+    fs.release(f, fh).unwrap();
+}
+
+in_both_modes!(
+    unwritten_image_is_clean,
+    unwritten_image_is_clean_through_the_tree,
+    |mode| {
+        let r = unwritten_image().check(mode);
+        assert!(r.problems.is_empty(), "{r}");
+        // Unwritten blocks are allocated blocks: 40 + 601 + 200 + 20.
+        assert_eq!(r.stats.data_blocks_used, 861, "{r}");
+    }
+);

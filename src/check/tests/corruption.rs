@@ -4,6 +4,7 @@ use super::clean::workload_image;
 use super::damage::*;
 use super::image::{Image, Mode, ROOT, U};
 use super::*;
+use crate::format::bmap::UNWRITTEN;
 use crate::format::checkpoint::Checkpoint;
 use crate::format::inode::check_inode_block;
 use crate::format::meta::{IMAP_ORPHAN, SEG_ACTIVE, SEG_DIRTY};
@@ -672,4 +673,104 @@ fn removing_a_long_symlink_leaves_a_clean_image() {
     let img = Image { listing, ..img };
     let r = img.check(Mode::Listed);
     assert!(r.problems.is_empty(), "{r}");
+}
+
+// ---- Unwritten data pointers ---------------------------------------------------------------
+
+/// A written block marked unwritten is a sound state (its bytes read as zeros); the checker
+/// takes it as it is.
+#[test]
+fn unwritten_flag_on_a_written_block_is_sound() {
+    let img = super::clean::unwritten_image();
+    let ino = img.ino("zeroed");
+    rewrite_inode(&img, ino, |d| d.direct[0] |= UNWRITTEN);
+    let r = img.check(Mode::Listed);
+    assert!(r.is_clean(), "{r}");
+    let fs = img.mount();
+    let fh = fs.open(&U, ino, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(ino, fh, 0, 4096).unwrap(), vec![0u8; 4096]);
+    fs.release(ino, fh).unwrap();
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn unwritten_pointers_that_name_no_block() {
+    let img = super::clean::unwritten_image();
+    let ino = img.ino("pre");
+    let end = img.superblock().data_blocks;
+    let (old0, old1, old2) = {
+        let d = inode(&img, ino);
+        (d.direct[0], d.direct[1], d.direct[2])
+    };
+    rewrite_inode(&img, ino, |d| {
+        d.direct[0] = UNWRITTEN;
+        d.direct[1] = UNWRITTEN | (end + 5);
+        d.direct[2] |= 1 << 50;
+    });
+    let r = img.check(Mode::Listed);
+    assert_error(
+        &r,
+        BLOCK_MAPS,
+        &format!(
+            "inode {ino}: file block 0 is preallocated (unwritten) at data block 0, the data \
+             superblock"
+        ),
+    );
+    assert_error(
+        &r,
+        BLOCK_MAPS,
+        &format!(
+            "inode {ino}: file block 1 is preallocated (unwritten) at data block {}, past the \
+             end of the data device",
+            end + 5
+        ),
+    );
+    assert_error(
+        &r,
+        BLOCK_MAPS,
+        &format!(
+            "inode {ino}: file block 2 is preallocated (unwritten) at data block {}, past the \
+             end",
+            (old2 & !UNWRITTEN) | 1 << 50
+        ),
+    );
+    // They were blocks 1..=3 (preallocation is contiguous).
+    assert_eq!(
+        (old0 & !UNWRITTEN, old1 & !UNWRITTEN, old2 & !UNWRITTEN),
+        (1, 2, 3)
+    );
+    assert_error(
+        &r,
+        DATA_BITMAPS,
+        "data blocks 1..=3 (3 blocks) are allocated in the bitmap, but no file uses them",
+    );
+}
+
+/// The flag belongs to data pointers only: on an indirect pointer it is a bad log address.
+#[test]
+fn unwritten_flag_on_an_indirect_pointer() {
+    let img = super::clean::unwritten_image();
+    let ino = img.ino("keep");
+    rewrite_inode(&img, ino, |d| d.indirect[1] |= UNWRITTEN);
+    let r = img.check(Mode::Listed);
+    assert_error(
+        &r,
+        BLOCK_MAPS,
+        &format!("inode {ino}: level-2 indirect block for file block 520:"),
+    );
+}
+
+/// Past the end of a file unwritten blocks may lie, written ones may not.
+#[test]
+fn written_blocks_past_the_end_of_the_file() {
+    let img = super::clean::unwritten_image();
+    let ino = img.ino("keep");
+    rewrite_inode(&img, ino, |d| d.direct[5] &= !UNWRITTEN);
+    let r = img.check(Mode::Listed);
+    assert_error(
+        &r,
+        BLOCK_MAPS,
+        &format!("inode {ino}: file block 5 is mapped (data block"),
+    );
+    assert_errors_only_in(&r, &[BLOCK_MAPS]);
 }

@@ -94,6 +94,8 @@ fn bases() -> &'static [(Vec<u8>, Vec<u8>); 2] {
             let (o, fh) = fs.create(&U, ROOT, b"open", 0o644, libc::O_RDWR).unwrap();
             fs.write(o.ino, fh, 0, &[1u8; 5000]).unwrap();
             fs.unlink(&U, ROOT, b"open").unwrap();
+            // Unwritten pointers, and indirect blocks past the end of a file.
+            super::clean::unwritten_work(fs);
         };
         let clean = Image::fresh_with_log(16);
         let fs = clean.mount_with(quiet_mount_options());
@@ -737,5 +739,53 @@ fn indirect_pointer_past_any_device_is_eio() {
         "direct blocks are fine"
     );
     assert!(fs.readlink(long).is_err());
+    fs.unmount().unwrap();
+}
+
+/// Unwritten pointers that name no block (address 0, past the device, high bits set): every
+/// path through the core that meets them answers EIO or goes on, none panics, and nothing is
+/// freed on their account.
+#[test]
+fn nonsense_unwritten_pointers_are_eio() {
+    use super::damage::rewrite_inode;
+    use crate::format::bmap::UNWRITTEN;
+    use crate::fs::Whence;
+    let img = super::clean::unwritten_image();
+    let (pre, keep) = (img.ino("pre"), img.ino("keep"));
+    rewrite_inode(&img, pre, |d| {
+        d.direct[0] = UNWRITTEN;
+        d.direct[1] = UNWRITTEN | (u64::MAX >> 2);
+        d.direct[3] |= 1 << 55;
+    });
+    rewrite_inode(&img, keep, |d| d.indirect[0] |= UNWRITTEN);
+    let fs = Fs::mount(img.meta.clone(), img.data.clone(), quiet_mount_options()).unwrap();
+    let fh = fs.open(&U, pre, libc::O_RDWR).unwrap();
+    assert!(fs.read(pre, fh, 0, 4 * BS as u32).is_err());
+    assert!(fs.write(pre, fh, 10, b"x").is_err());
+    assert!(fs.seek(pre, 0, Whence::Data).is_ok());
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    for mode in [0, punch, libc::FALLOC_FL_ZERO_RANGE] {
+        assert_eq!(
+            fs.fallocate(pre, fh, 0, 8 * BS, mode).unwrap_err().errno(),
+            libc::EIO,
+            "mode {mode:#x}"
+        );
+    }
+    let (c, ch) = fs.create(&U, ROOT, b"copy", 0o644, libc::O_RDWR).unwrap();
+    assert!(fs
+        .copy_file_range(pre, fh, 0, c.ino, ch, 0, 8 * BS, 0)
+        .is_err());
+    // Blocks 4.. are sound: they read as zeros.
+    assert_eq!(
+        fs.read(pre, fh, 4 * BS, BS as u32).unwrap(),
+        vec![0u8; BS as usize]
+    );
+    let kh = fs.open(&U, keep, libc::O_RDWR).unwrap();
+    assert!(fs.fallocate(keep, kh, 0, 100 * BS, 0).is_err());
+    assert!(fs.seek(keep, 0, Whence::Hole).is_ok());
+    assert_eq!(fs.read(keep, kh, 0, 100).unwrap(), vec![1u8; 100]);
+    for (ino, h) in [(pre, fh), (c.ino, ch), (keep, kh)] {
+        fs.release(ino, h).unwrap();
+    }
     fs.unmount().unwrap();
 }

@@ -8,6 +8,7 @@ use super::image::{file, Image, Mode, BS, ROOT, U};
 use super::*;
 use crate::check::repair::{repair, FixClass, Policy, RepairOptions, RepairOutcome};
 use crate::device::BlockDevice;
+use crate::format::bmap::UNWRITTEN;
 use crate::format::checkpoint::Checkpoint;
 use crate::format::inode::check_inode_block;
 use crate::format::meta::{GroupDesc, IMAP_ORPHAN, SEG_ACTIVE, SEG_DIRTY};
@@ -1086,4 +1087,54 @@ fn orphans_are_freed_when_a_repair_runs() {
     assert_done(&out, &format!("inode {orphan}: an orphan"));
     assert!(layout(&img).tables.ifile.entry(orphan).is_none());
     assert_eq!(img.check(Mode::Tree).stats.orphans, 0);
+}
+
+// ---- Unwritten data pointers ---------------------------------------------------------------
+
+/// Unwritten pointers that name no block are cleared (`-y`); the blocks they named are given
+/// back to the bitmaps; the file's other preallocated blocks stay and read as zeros.
+#[test]
+fn unwritten_pointers_that_name_no_block_are_cleared() {
+    let img = super::clean::unwritten_image();
+    let ino = img.ino("pre");
+    let end = img.superblock().data_blocks;
+    rewrite_inode(&img, ino, |d| {
+        d.direct[0] = UNWRITTEN;
+        d.direct[1] = UNWRITTEN | (end + 5);
+        d.direct[2] |= 1 << 50;
+    });
+    let (out, _) = repaired(&img);
+    for k in 0..3 {
+        assert_done(&out, &format!("inode {ino}: direct pointer {k} cleared"));
+    }
+    assert_done(&out, "data bitmaps and group descriptors rebuilt");
+    let d = inode(&img, ino);
+    assert_eq!(&d.direct[..3], &[0, 0, 0]);
+    assert_eq!(d.blocks, 37);
+    assert!(
+        d.direct[4] & UNWRITTEN != 0,
+        "the sound ones stay unwritten"
+    );
+    let fs = img.mount();
+    let fh = fs.open(&U, ino, libc::O_RDONLY).unwrap();
+    let all = fs.read(ino, fh, 0, 40 * BS as u32).unwrap();
+    assert_eq!(&all[3 * BS as usize + 5..3 * BS as usize + 12], b"written");
+    assert_eq!(all.iter().filter(|&&b| b != 0).count(), 7);
+    fs.release(ino, fh).unwrap();
+    fs.unmount().unwrap();
+}
+
+/// A written block past the end of a file (its flag lost) makes the file grow over it, as
+/// any block mapped past the end does; unwritten ones past it stay where they are.
+#[test]
+fn written_block_past_the_end_grows_the_file() {
+    let img = super::clean::unwritten_image();
+    let ino = img.ino("keep");
+    rewrite_inode(&img, ino, |d| d.direct[5] &= !UNWRITTEN);
+    let (out, _) = repaired(&img);
+    assert_done(&out, &format!("inode {ino}: size 100 -> {}", 6 * BS));
+    let d = inode(&img, ino);
+    assert_eq!(d.size, 6 * BS);
+    assert!(d.direct[6] & UNWRITTEN != 0);
+    assert_eq!(d.blocks, 601);
 }

@@ -96,6 +96,19 @@ pub(crate) enum Admit {
     Write(u64),
     /// Frees space: unlink, rmdir, truncate. May use the deletes' part of the reserve.
     Delete,
+    /// Maps a range of data blocks (fallocate, copy_file_range): may dirty this many indirect
+    /// blocks, charged with the operation so the room for them is there before it starts.
+    Map(u64),
+}
+
+impl Admit {
+    /// Log blocks charged while the operation runs.
+    fn charge(self) -> u64 {
+        match self {
+            Admit::Map(blocks) => OP_BLOCKS + blocks,
+            _ => OP_BLOCKS,
+        }
+    }
 }
 
 /// An admitted operation; its charge counts as pending until it is dropped.

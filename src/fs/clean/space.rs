@@ -154,11 +154,9 @@ impl Fs {
     pub(crate) fn admit(&self, op: Admit) -> Result<Admission<'_>> {
         self.writable()?;
         let c = &self.cleaner;
-        c.inflight.fetch_add(OP_BLOCKS, Ordering::AcqRel);
-        let guard = Admission {
-            fs: self,
-            charge: OP_BLOCKS,
-        };
+        let charge = op.charge();
+        c.inflight.fetch_add(charge, Ordering::AcqRel);
+        let guard = Admission { fs: self, charge };
         c.last_write_ms
             .store(c.epoch.elapsed().as_millis() as u64, Ordering::Release);
         if !self.fits(&self.space(), op) {
@@ -176,11 +174,16 @@ impl Fs {
     /// Charge the indirect blocks a change of file blocks `first..=last` may dirty: the
     /// level-1 blocks over the range and two ancestors each.
     pub(crate) fn charge_block_range(&self, first: u64, last: u64) {
+        self.charge_log_blocks(self.block_range_charge(first, last));
+    }
+
+    /// What `charge_block_range` charges.
+    pub(crate) fn block_range_charge(&self, first: u64, last: u64) -> u64 {
         if last < crate::format::inode::NDIRECT as u64 {
-            return;
+            return 0;
         }
         let l1 = (last - first) / self.ppb + 2;
-        self.charge_log_blocks(3 * l1);
+        3 * l1
     }
 
     pub(super) fn make_room(&self, op: Admit) -> Result<()> {
