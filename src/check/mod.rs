@@ -130,6 +130,9 @@ pub struct Stats {
     pub tree_nodes: u64,
     /// Directory entries.
     pub entries: u64,
+    /// Extended attributes, and the `VALUE` blocks holding their long values.
+    pub attributes: u64,
+    pub value_blocks: u64,
 }
 
 /// Everything the check found.
@@ -184,7 +187,7 @@ impl fmt::Display for Report {
             f,
             "checkpoint {}{}, {} transactions rolled forward; {} inodes ({} directories, {} files, \
              {} symlinks, {} special, {} orphans), {} data blocks in use, {} live log blocks, \
-             {} tree nodes, {} entries: {} {}, {} {}",
+             {} tree nodes, {} entries, {} attributes: {} {}, {} {}",
             s.checkpoint_serial,
             if s.checkpoint_clean { " (clean)" } else { "" },
             s.transactions_rolled_forward,
@@ -198,6 +201,7 @@ impl fmt::Display for Report {
             s.log_blocks_live,
             s.tree_nodes,
             s.entries,
+            s.attributes,
             errors,
             if errors == 1 { "error" } else { "errors" },
             warnings,

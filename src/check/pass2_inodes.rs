@@ -7,6 +7,7 @@
 //! Inodes that pass are handed to the later passes; the others are remembered as unreadable so
 //! later passes do not report them again.
 
+use crate::format::inode::IFLAGS_KNOWN;
 use super::context::{list, Claims, LogReader, Sink};
 use super::findings::{Finding, Lost};
 use super::pass1_checkpoints::Loaded;
@@ -426,13 +427,14 @@ fn check_fields(sink: &mut Sink, log: &LogReader, ino: u64, info: &InodeInfo) {
     if info.orphan {
         sink.stats.orphans += 1;
     }
-    if d.flags != 0 || d.group as u64 >= log.sb.groups || (!info.is_dir() && d.parent != 0) {
+    let unknown = d.flags & !IFLAGS_KNOWN;
+    if unknown != 0 || d.group as u64 >= log.sb.groups || (!info.is_dir() && d.parent != 0) {
         sink.found(Finding::InodeFields { ino });
     }
-    if d.flags != 0 {
+    if unknown != 0 {
         sink.warning(
             NAME,
-            format!("inode {ino}: i_flags is {:#x}, not 0", d.flags),
+            format!("inode {ino}: i_flags has unknown bits {unknown:#x}"),
         );
     }
     if d.group as u64 >= log.sb.groups {

@@ -4,6 +4,15 @@ use super::*;
 use crate::{FsError, Result};
 
 pub const NDIRECT: usize = 12;
+
+/// `i_flags` bits (format 2). The attribute bits are taken from the high end of the field;
+/// other features define theirs from the low end. Unknown bits are reported by the checker.
+/// The inode has extended attributes.
+pub const IFLAG_XATTRS: u32 = 1 << 31;
+/// At least one of them keeps its value in `VALUE` blocks.
+pub const IFLAG_XATTR_BLOCKS: u32 = 1 << 30;
+/// Every bit this version defines.
+pub const IFLAGS_KNOWN: u32 = IFLAG_XATTRS | IFLAG_XATTR_BLOCKS;
 const CRC_OFF: usize = 252;
 const INLINE_OFF: usize = 112;
 

@@ -6,6 +6,7 @@
 //! writer holds it exclusively only while it takes its snapshot. Reads and lookups never take
 //! the gate, and no lock they need is held across device I/O.
 
+mod acl;
 mod attr;
 mod blockcache;
 mod bmap;
@@ -18,9 +19,11 @@ mod mount;
 mod rename;
 mod repair;
 pub mod types;
+mod xattr;
 
 pub use mount::{check_pair, read_superblock};
 pub use types::*;
+pub use xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
 
 use crate::betree::{BeTree, NodeLoader};
 use crate::device::BlockDevice;

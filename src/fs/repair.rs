@@ -217,7 +217,9 @@ impl Fs {
         let _g = self.gate.read();
         let mut st = e.state.write();
         if !st.deleted {
-            self.destroy(&e, &mut st);
+            let dropped = self.destroy(&e, &mut st);
+            drop(st);
+            self.drop_attrs(dropped)?;
         }
         Ok(())
     }

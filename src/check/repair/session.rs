@@ -243,7 +243,7 @@ fn apply(
         SessionFix::InodeFields { ino } => {
             let groups = fs.superblock().groups;
             fs.repair_inode(*ino, |d| {
-                d.flags = 0;
+                d.flags &= crate::format::inode::IFLAGS_KNOWN;
                 if d.group as u64 >= groups {
                     d.group = 0;
                 }
