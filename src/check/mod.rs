@@ -34,6 +34,7 @@ mod pass3_block_maps;
 mod pass4_data_bitmaps;
 mod pass5_segment_usage;
 mod pass6_tree;
+mod pass7_attributes;
 mod pass7_namespace;
 pub mod repair;
 mod salvage;
@@ -334,6 +335,7 @@ pub(crate) fn run(
     timed(&mut sink, "6 (tree, waited for)");
     if let Some(ns) = &namespace {
         pass7_namespace::run(&mut sink, ns, &inodes);
+        pass7_attributes::run(&mut sink, ns, &inodes);
     }
     timed(&mut sink, "7 (namespace)");
     sink.note(|| {

@@ -187,6 +187,11 @@ impl Acl {
     }
 }
 
+/// Is `value` an ACL Linux would accept?
+pub(crate) fn valid_acl(value: &[u8]) -> bool {
+    Acl::decode(value).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

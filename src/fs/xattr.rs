@@ -128,7 +128,7 @@ impl AttrList {
     }
 
     /// The `i_flags` attribute bits for these records.
-    fn flags(&self) -> u32 {
+    pub(crate) fn flags(&self) -> u32 {
         let mut f = 0;
         if !self.records.is_empty() {
             f |= IFLAG_XATTRS;
