@@ -12,9 +12,11 @@ cd "$(dirname "$0")/.."
 # harnesses, not as target/release/<name>.
 cargo build --workspace --release --locked --bins
 cargo test --workspace --release --locked
-# The POSIX and persistence tests again with the kernel's writeback cache (-o writeback_cache),
+# The POSIX, persistence, attribute and ACL tests again with the kernel's writeback cache
+# (-o writeback_cache),
 # where writes, times and errors reach the daemon later and by other paths.
 DUALFS_TEST_EXTRA_OPTS=writeback_cache cargo test --release --locked \
     --test posix_files --test posix_attr --test posix_dirs --test posix_perms \
-    --test posix_rename --test persistence --test threads --test shutdown
+    --test posix_rename --test persistence --test threads --test shutdown \
+    --test xattr --test acl
 fuzz/run.sh "${DUALFS_FUZZ_SECONDS:-5}"
