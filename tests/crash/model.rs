@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::ops::{pattern, Op};
+use super::ops::{pattern, xattr_value, Op};
 
 pub type Id = u64;
 pub const ROOT: Id = 1;
@@ -27,6 +27,8 @@ pub struct Inode {
     pub body: Body,
     pub perm: u16,
     pub nlink: u32,
+    /// Extended attributes, by name.
+    pub attrs: BTreeMap<String, Vec<u8>>,
 }
 
 impl Inode {
@@ -89,6 +91,7 @@ impl Model {
                 body: Body::Dir(root),
                 perm: 0o755,
                 nlink: 3,
+                attrs: BTreeMap::new(),
             },
         );
         inodes.insert(
@@ -97,6 +100,7 @@ impl Model {
                 body: Body::Dir(BTreeMap::new()),
                 perm: 0o700,
                 nlink: 2,
+                attrs: BTreeMap::new(),
             },
         );
         Model { inodes, next: 3 }
@@ -155,7 +159,15 @@ impl Model {
         let id = self.next;
         self.next += 1;
         let nlink = if matches!(body, Body::Dir(_)) { 2 } else { 1 };
-        self.inodes.insert(id, Inode { body, perm, nlink });
+        self.inodes.insert(
+            id,
+            Inode {
+                body,
+                perm,
+                nlink,
+                attrs: BTreeMap::new(),
+            },
+        );
         id
     }
 
@@ -313,6 +325,24 @@ impl Model {
             }
             Op::Hold(p) => self.resolve(p).map(drop),
             Op::Persist(..) | Op::Release | Op::Clean | Op::Mount | Op::Unmount => Ok(()),
+            Op::SetXattr { path, name, len } => {
+                let id = self.resolve(path)?;
+                let ino = self.inodes.get_mut(&id).unwrap();
+                // user.* only on regular files and directories (the core follows Linux).
+                if name.starts_with("user.") && ino.kind() == Kind::Symlink {
+                    return Err(libc::EPERM);
+                }
+                ino.attrs.insert(name.clone(), xattr_value(gi, *len));
+                Ok(())
+            }
+            Op::RemoveXattr { path, name } => {
+                let id = self.resolve(path)?;
+                let ino = self.inodes.get_mut(&id).unwrap();
+                if name.starts_with("user.") && ino.kind() == Kind::Symlink {
+                    return Err(libc::EPERM);
+                }
+                ino.attrs.remove(name).map(drop).ok_or(libc::ENODATA)
+            }
         }
     }
 
@@ -442,6 +472,7 @@ impl Model {
                     target,
                     first_name: first[&id].clone(),
                     id,
+                    attrs: ino.attrs.clone(),
                 },
             );
         }
@@ -484,6 +515,8 @@ pub struct ViewEntry {
     pub first_name: String,
     /// Model inode id, or the real inode number.
     pub id: u64,
+    /// Extended attributes: name and value.
+    pub attrs: BTreeMap<String, Vec<u8>>,
 }
 
 impl PartialEq for ViewEntry {
@@ -494,6 +527,7 @@ impl PartialEq for ViewEntry {
             && self.size == o.size
             && self.target == o.target
             && self.first_name == o.first_name
+            && self.attrs == o.attrs
     }
 }
 
@@ -538,6 +572,10 @@ impl ViewEntry {
         }
         if self.kind != Kind::Dir && self.nlink > 1 {
             s += &format!(" (inode of /{})", self.first_name);
+        }
+        for (name, value) in &self.attrs {
+            let digest = value.iter().fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(b as u32));
+            s += &format!(" {name}={}b#{digest:08x}", value.len());
         }
         s
     }
