@@ -53,6 +53,8 @@ pub struct Namespace {
     pub entries: Vec<Entry>,
     /// In key order, so each inode's are together.
     pub attrs: Vec<AttrRecord>,
+    /// `attrs` were listed from the tree (not so when the entries come from a listing).
+    pub attrs_known: bool,
     /// Every node the tree reaches.
     pub nodes: BTreeSet<u64>,
     /// The tree itself checked out (else the entries come from a listing).
@@ -241,6 +243,7 @@ fn check_and_list(
     sink.progress(6, NAME, 1, 2);
 
     let mut attrs = Vec::new();
+    let attrs_known = listed.is_none();
     let entries = match listed {
         Some(listed) => {
             sink.note(|| "directory entries come from a listing, not from the tree".into());
@@ -315,6 +318,7 @@ fn check_and_list(
         tree,
         entries,
         attrs,
+        attrs_known,
         nodes: reached,
         tree_ok,
     }))

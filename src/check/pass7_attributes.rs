@@ -41,6 +41,9 @@ fn bad_record(a: &AttrRecord, mode: u32) -> Option<String> {
 }
 
 pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
+    if !ns.attrs_known {
+        return;
+    }
     let bad = |sink: &mut Sink, a: &AttrRecord, why: &str| {
         sink.error(
             NAME,
