@@ -1,7 +1,8 @@
 //! Extended attributes through a real mount: every call and error case as root and as other
-//! users, the namespaces' rules, DualFS's limits, attributes across remounts and kill -9
-//! after fsync, a freed inode's attributes never showing on its successor, and `rsync -aHAX`
-//! of a tree with attributes, ACLs and hard links in and out again.
+//! users, the namespaces' rules, DualFS's limits, attributes (and ACLs) across remounts and
+//! kill -9 after fsync, a freed inode's attributes never showing on its successor, orphans'
+//! attributes freed at their last close and by the mount after a crash, and `rsync -aHAX` of
+//! a tree with attributes, ACLs and hard links in and out again.
 
 #[macro_use]
 mod common;
@@ -259,6 +260,7 @@ fn kill_9_after_fsync_keeps_the_attributes() {
     let d = fs.join("d");
     fs::create_dir(&d).unwrap();
     let mut durable: Vec<(std::path::PathBuf, Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut acls: Vec<(std::path::PathBuf, Vec<u8>, u32)> = Vec::new();
     for round in 0..4 {
         for i in 0..40 {
             let p = d.join(format!("r{round}f{i}"));
@@ -267,6 +269,17 @@ fn kill_9_after_fsync_keeps_the_attributes() {
             let large = value(3000 + 700 * i, (round * 40 + i) as u8);
             set(&p, "user.small", &small);
             set(&p, "user.large", &large);
+            if i % 8 == 0 {
+                // An ACL is an attribute too (and it changed the mode in the same step).
+                let ok = Command::new("setfacl")
+                    .args(["-m", "u:1001:rw,g:1003:r"])
+                    .arg(&p)
+                    .status()
+                    .unwrap();
+                assert!(ok.success(), "setfacl {}", p.display());
+                let acl = getxattr(&p, "system.posix_acl_access").unwrap();
+                acls.push((p.clone(), acl, fs::metadata(&p).unwrap().mode()));
+            }
             fs::File::open(&p).unwrap().sync_all().unwrap();
             durable.push((p, small, large));
         }
@@ -281,10 +294,63 @@ fn kill_9_after_fsync_keeps_the_attributes() {
             assert_eq!(&getxattr(p, "user.small").unwrap(), small, "{}", p.display());
             assert_eq!(&getxattr(p, "user.large").unwrap(), large, "{}", p.display());
         }
+        for (p, acl, mode) in &acls {
+            assert_eq!(&getxattr(p, "system.posix_acl_access").unwrap(), acl, "{}", p.display());
+            assert_eq!(fs::metadata(p).unwrap().mode(), *mode, "{}", p.display());
+        }
         if let Ok(v) = getxattr(&late, "user.late") {
             assert_eq!(v, value(6000, 1));
         }
     }
+    fs.unmount();
+}
+
+/// Files in `d` named `{stem}{i}`, each with a small attribute and one in value blocks, held
+/// open and unlinked: orphans whose attributes are still readable through the descriptor.
+fn orphans_with_attributes(d: &Path, stem: &str, n: u8) -> Vec<fs::File> {
+    (0..n)
+        .map(|i| {
+            let p = d.join(format!("{stem}{i}"));
+            fs::write(&p, b"x").unwrap();
+            set(&p, "user.small", &[i]);
+            set(&p, "user.large", &value(20_000, i));
+            let held = fs::File::open(&p).unwrap();
+            fs::remove_file(&p).unwrap();
+            let fd = format!("/proc/self/fd/{}", std::os::unix::io::AsRawFd::as_raw_fd(&held));
+            assert_eq!(getxattr(&fd, "user.large").unwrap(), value(20_000, i));
+            held
+        })
+        .collect()
+}
+
+#[test]
+fn orphans_take_their_attributes_when_closed_and_at_mount_after_a_crash() {
+    dualfs_only!();
+    let mut fs = TestFs::new();
+    let d = fs.join("d");
+    fs::create_dir(&d).unwrap();
+    let fresh_files_have_none = |stem: &str| {
+        for i in 0..8 {
+            let p = d.join(format!("{stem}{i}"));
+            fs::write(&p, b"y").unwrap();
+            assert_eq!(listxattr(&p).unwrap(), Vec::<String>::new(), "{}", p.display());
+        }
+    };
+    // The last close frees them; the checker at the remount finds no attribute of a free
+    // inode and no value block that nothing reaches.
+    drop(orphans_with_attributes(&d, "closed", 8));
+    fs.remount();
+    fresh_files_have_none("after-close");
+
+    // Still open, made durable, then the daemon dies: the next mount frees them.
+    let held = orphans_with_attributes(&d, "crashed", 8);
+    held[0].sync_all().unwrap();
+    fs.kill_daemon_hard();
+    drop(held);
+    fs.mount();
+    let freed = fs.daemon_log().matches("freeing orphan inode").count();
+    assert_eq!(freed, 8, "orphans freed at mount:\n{}", fs.daemon_log());
+    fresh_files_have_none("after-crash");
     fs.unmount();
 }
 
