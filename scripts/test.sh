@@ -16,12 +16,13 @@ cd "$(dirname "$0")/.."
 # harnesses, not as target/release/<name>.
 cargo build --workspace --release --locked --bins
 cargo test --workspace --release --locked
-# The POSIX and persistence tests again with the kernel's writeback cache (-o writeback_cache),
+# The POSIX, persistence, attribute and ACL tests again with the kernel's writeback cache
+# (-o writeback_cache),
 # where writes, times and errors reach the daemon later and by other paths.
 DUALFS_TEST_EXTRA_OPTS=writeback_cache cargo test --release --locked \
     --test posix_files --test posix_attr --test posix_dirs --test posix_perms \
     --test posix_rename --test posix_falloc --test persistence --test threads --test shutdown \
-    --test node_ids --test inode_flags --test shutdown_ioctl
+    --test node_ids --test inode_flags --test shutdown_ioctl --test xattr --test acl
 bench_out=$(mktemp -d "${TMPDIR:-/var/tmp}/dualfs-test-bench.XXXXXX")
 trap 'rm -rf "$bench_out"' EXIT
 bench/postmark.sh --files 300 --transactions 600 --subdirs 5 --image-size 1G --out "$bench_out"

@@ -6,7 +6,7 @@
 
 use crate::fs::{
     Attr, Caller, DirEntry, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, SetTime,
-    Timespec, Whence,
+    Timespec, Whence, XattrFlags,
 };
 use crate::FsError;
 use fuser::{
@@ -145,6 +145,29 @@ fn caller(req: &Request) -> Caller {
         uid: req.uid(),
         gid: req.gid(),
         pid: req.pid(),
+        umask: 0,
+    }
+}
+
+/// The caller of a request that makes a node, with the umask the kernel sent: with
+/// FUSE_DONT_MASK the kernel leaves it to the file system, which applies it only where the
+/// directory has no default ACL.
+fn caller_with_umask(req: &Request, umask: u32) -> Caller {
+    Caller {
+        umask: umask & 0o777,
+        ..caller(req)
+    }
+}
+
+/// Answer a getxattr or listxattr of `value` for a buffer of `size` bytes: the length for
+/// the size probe (0), ERANGE when it does not fit.
+fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
     }
 }
 
@@ -235,11 +258,6 @@ fn rename_flags(flags: RenameFlags) -> Option<CoreRenameFlags> {
     })
 }
 
-/// Permission bits with the umask applied, without the file type.
-fn masked_perm(mode: u32, umask: u32) -> u32 {
-    mode & !umask & 0o7777
-}
-
 fn is_dot_or_dotdot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
@@ -247,6 +265,10 @@ fn is_dot_or_dotdot(name: &[u8]) -> bool {
 impl Filesystem for DualFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut wanted = vec![
+            // The kernel enforces ACLs from system.posix_acl_*; DualFS keeps modes in step
+            // with them, inherits default ACLs and so applies the umask itself.
+            InitFlags::FUSE_POSIX_ACL,
+            InitFlags::FUSE_DONT_MASK,
             InitFlags::FUSE_PARALLEL_DIROPS,
             // The core's open honours O_TRUNC.
             InitFlags::FUSE_ATOMIC_O_TRUNC,
@@ -391,10 +413,10 @@ impl Filesystem for DualFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let mode = (mode & libc::S_IFMT) | masked_perm(mode, umask);
-        let result = self
-            .fs
-            .mknod(&caller(req), parent.0, name.as_bytes(), mode, rdev);
+        let mode = (mode & libc::S_IFMT) | (mode & 0o7777);
+        let result =
+            self.fs
+                .mknod(&caller_with_umask(req, umask), parent.0, name.as_bytes(), mode, rdev);
         self.entry(reply, result, "mknod", parent.0);
     }
 
@@ -407,8 +429,13 @@ impl Filesystem for DualFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let mode = libc::S_IFDIR | masked_perm(mode, umask);
-        let result = self.fs.mkdir(&caller(req), parent.0, name.as_bytes(), mode);
+        let mode = libc::S_IFDIR | (mode & 0o7777);
+        let result = self.fs.mkdir(
+            &caller_with_umask(req, umask),
+            parent.0,
+            name.as_bytes(),
+            mode,
+        );
         self.entry(reply, result, "mkdir", parent.0);
     }
 
@@ -494,11 +521,15 @@ impl Filesystem for DualFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let mode = libc::S_IFREG | masked_perm(mode, umask);
+        let mode = libc::S_IFREG | (mode & 0o7777);
         let flags = self.open_flags(flags);
-        match self
-            .fs
-            .create(&caller(req), parent.0, name.as_bytes(), mode, flags)
+        match self.fs.create(
+            &caller_with_umask(req, umask),
+            parent.0,
+            name.as_bytes(),
+            mode,
+            flags,
+        )
         {
             Ok((attr, fh)) => reply.created(
                 &self.config.ttl,
@@ -805,39 +836,56 @@ impl Filesystem for DualFuse {
         }
     }
 
-    // No extended attributes in the core yet. ENOSYS makes the kernel stop asking (and
-    // answer EOPNOTSUPP itself) for the rest of the mount.
-
     fn setxattr(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _position: u32,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOSYS);
+        // Positions are macOS's resource forks; unknown flags are the kernel's to refuse.
+        if position != 0 || flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let flags = XattrFlags {
+            create: flags & libc::XATTR_CREATE != 0,
+            replace: flags & libc::XATTR_REPLACE != 0,
+        };
+        let result = self
+            .fs
+            .setxattr(&caller(req), ino.0, name.as_bytes(), value, flags);
+        empty(reply, result, "setxattr", ino.0);
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::ENOSYS);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let who = caller(req);
+        if size == 0 {
+            // The size probe (the kernel's security.capability check before writes is one):
+            // answered from the record, or from the inode's flags alone.
+            return match self.fs.getxattr_len(&who, ino.0, name.as_bytes()) {
+                Ok(len) => reply.size(len as u32),
+                Err(e) => reply.error(errno("getxattr", ino.0, &e)),
+            };
+        }
+        match self.fs.getxattr(&who, ino.0, name.as_bytes()) {
+            Ok(value) => reply_xattr(reply, size, &value),
+            Err(e) => reply.error(errno("getxattr", ino.0, &e)),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(&caller(req), ino.0) {
+            Ok(names) => reply_xattr(reply, size, &names),
+            Err(e) => reply.error(errno("listxattr", ino.0, &e)),
+        }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOSYS);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.fs.removexattr(&caller(req), ino.0, name.as_bytes());
+        empty(reply, result, "removexattr", ino.0);
     }
 }
 
@@ -948,11 +996,6 @@ mod tests {
         assert_eq!(rename_flags(RenameFlags::from_bits_retain(1 << 20)), None);
     }
 
-    #[test]
-    fn umask_applies_to_permission_bits_only() {
-        assert_eq!(masked_perm(libc::S_IFREG | 0o666, 0o022), 0o644);
-        assert_eq!(masked_perm(0o7777, 0o077), 0o7700);
-    }
 
     #[test]
     fn writeback_cache_widens_write_only_opens() {

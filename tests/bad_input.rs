@@ -151,6 +151,44 @@ fn damaged_superblocks_are_refused() {
     refuse("DATA cut to half its size", &img, &[&m3, &d3], &[&m3, &d3]);
 }
 
+/// Set the format version of every superblock of `m` (the primary and the copies) and of `d`.
+fn set_version(m: &Path, d: &Path, version: u32) {
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let mut b = fs::read(m).unwrap();
+    let (bs, seg) = (u32_at(&b, 36) as usize, u32_at(&b, 56) as usize);
+    let mut at = vec![0usize];
+    for i in 0..(u32_at(&b, 136) as usize).min(8) {
+        at.push(u64_at(&b, 144 + 8 * i) as usize * seg * bs);
+    }
+    for a in at {
+        b[a + 8..a + 12].copy_from_slice(&version.to_le_bytes());
+        dualfs::format::seal_crc(&mut b[a..a + 4096], 12);
+    }
+    fs::write(m, &b).unwrap();
+    let mut b = fs::read(d).unwrap();
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    dualfs::format::seal_crc(&mut b[..4096], 12);
+    fs::write(d, &b).unwrap();
+}
+
+#[test]
+fn other_format_versions_are_refused_saying_what_to_do() {
+    dualfs_only!();
+    let img = Images::new();
+    for (version, says) in [
+        (1u32, "format version 1 was written by an older DualFS"),
+        (3, "format version 3 is newer than this program"),
+    ] {
+        let (m, d) = img.pair(&format!("v{version}-"));
+        set_version(&m, &d, version);
+        let what = format!("an image of format version {version}");
+        refuse(&what, &img, &[&m, &d], &[&m, &d]);
+        let r = mount_expecting_failure(&[&m, &d], img.dir.path());
+        assert!(r.stderr.contains(says), "{what}: {}", r.stderr);
+    }
+}
+
 #[test]
 fn wrong_pairings_are_refused() {
     dualfs_only!();

@@ -202,6 +202,103 @@ fn sustained_churn_at_80_percent_of_the_metadata_device() {
     fs.unmount();
 }
 
+/// The attributes file `i` holds at `tag`: two small ones (as GlusterFS puts on every file)
+/// and, on every third file, one in value blocks.
+fn attrs_of(i: usize, tag: u8) -> Vec<(&'static str, Vec<u8>)> {
+    let mut v = vec![
+        ("trusted.gfid", vec![tag; 16]),
+        ("user.tag", format!("{i}:{tag}").into_bytes()),
+    ];
+    if i % 3 == 0 {
+        v.push(("user.large", vec![tag; 6000 + i % 2000]));
+    }
+    v
+}
+
+fn set_attrs(path: &Path, i: usize, tag: u8) {
+    for (name, value) in attrs_of(i, tag) {
+        sys::setxattr(path, name, &value, 0, false)
+            .unwrap_or_else(|e| panic!("{} {name}: {e}", path.display()));
+    }
+}
+
+fn check_attrs(path: &Path, i: usize, tag: u8) {
+    for (name, value) in attrs_of(i, tag) {
+        assert_eq!(
+            sys::getxattr(path, name).unwrap(),
+            value,
+            "{} {name}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn churn_with_attributes_on_most_files_is_cleaned() {
+    dualfs_only!();
+    const META: u64 = 24 << 20;
+    let mut fs = TestFs::builder()
+        .sizes(META, 256 << 20)
+        .mkfs_params(small_segments())
+        .mount();
+    let dir = fs.join("attrs");
+    fs::create_dir(&dir).unwrap();
+    let name = |i: usize| dir.join(format!("f{i:05}"));
+    let mut files: Vec<u8> = Vec::new();
+    // Fill to 70% of the device: tiny files, their metadata mostly attributes.
+    let target = META * 70 / 100;
+    while status(&fs).live_bytes < target {
+        let i = files.len();
+        let tag = (i % 250) as u8 + 1;
+        fs::write(name(i), [tag; 100]).unwrap();
+        set_attrs(&name(i), i, tag);
+        files.push(tag);
+        // The live bytes count what is logged: log often, not to overshoot.
+        if i % 50 == 49 {
+            fs::File::open(&dir).unwrap().sync_all().unwrap();
+        }
+    }
+    let s0 = status(&fs);
+    let log_blocks = s0.log_segments * s0.segment_bytes / BS;
+    // Churn: new values for some files' attributes, others deleted and made again, until the
+    // log was written over three times.
+    let mut rng = Rng(0xa77e);
+    let start = Instant::now();
+    while status(&fs).log_blocks_written - s0.log_blocks_written < 3 * log_blocks
+        && start.elapsed() < Duration::from_secs(120)
+    {
+        for _ in 0..25 {
+            let i = rng.below(files.len() as u64) as usize;
+            let tag = (rng.below(250) + 1) as u8;
+            if rng.below(2) == 0 {
+                fs::remove_file(name(i)).unwrap();
+                fs::write(name(i), [tag; 100]).unwrap();
+            }
+            set_attrs(&name(i), i, tag);
+            files[i] = tag;
+        }
+    }
+    let s = status(&fs);
+    eprintln!(
+        "{} files with attributes; {:.1}x the log written; {} segments cleaned; ENOSPC {}",
+        files.len(),
+        (s.log_blocks_written - s0.log_blocks_written) as f64 / log_blocks as f64,
+        s.counters.segments_cleaned,
+        s.counters.enospc
+    );
+    assert!(s.log_blocks_written - s0.log_blocks_written >= 2 * log_blocks);
+    assert!(s.counters.segments_cleaned > 0, "nothing was cleaned");
+    assert_eq!(s.counters.enospc, 0);
+    for (i, &tag) in files.iter().enumerate().step_by(3) {
+        check_attrs(&name(i), i, tag);
+    }
+    fs.remount();
+    for (i, &tag) in files.iter().enumerate() {
+        check_attrs(&name(i), i, tag);
+    }
+    fs.unmount();
+}
+
 #[test]
 fn full_data_device_gives_enospc_then_deletes_give_room_back() {
     let mut fs = TestFs::builder().sizes(64 << 20, 48 << 20).mount();

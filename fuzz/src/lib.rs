@@ -35,6 +35,7 @@ pub const U: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: 0,
+    umask: 0,
 };
 
 fn quiet() -> MountOptions {
@@ -45,6 +46,12 @@ fn quiet() -> MountOptions {
         ..MountOptions::default()
     }
 }
+
+/// `user::rw- user:1000:r-- group::r-- mask::r-- other::---`.
+pub const ACL: [u8; 44] = [
+    2, 0, 0, 0, 1, 0, 6, 0, 255, 255, 255, 255, 2, 0, 4, 0, 232, 3, 0, 0, 4, 0, 4, 0, 255, 255,
+    255, 255, 16, 0, 4, 0, 255, 255, 255, 255, 32, 0, 0, 0, 255, 255, 255, 255,
+];
 
 /// A small file system (4 MiB log of 16 segments, 4 MiB data) with directories, files of
 /// several sizes (one through indirect blocks), links, symlinks and an open-unlinked file;
@@ -77,8 +84,16 @@ pub fn base_image() -> &'static (Vec<u8>, Vec<u8>) {
         fs.symlink(&U, root, b"long", &[b'x'; 300]).unwrap();
         fs.mknod(&U, root, b"fifo", libc::S_IFIFO | 0o644, 0)
             .unwrap();
+        // Attributes: inline, in VALUE blocks, an ACL; one of a file freed while open.
+        let flags = dualfs::fs::XattrFlags::default();
+        let r = dualfs::fs::Caller::ROOT;
+        fs.setxattr(&r, big, b"user.k", b"v", flags).unwrap();
+        fs.setxattr(&r, big, b"user.large", &[3; 6000], flags).unwrap();
+        fs.setxattr(&r, a, b"system.posix_acl_default", &ACL, flags)
+            .unwrap();
         let (o, fh) = fs.create(&U, root, b"open", 0o644, libc::O_RDWR).unwrap();
         fs.write(o.ino, fh, 0, &[7; 3000]).unwrap();
+        fs.setxattr(&r, o.ino, b"trusted.t", &[4; 500], flags).unwrap();
         fs.unlink(&U, root, b"open").unwrap();
         // Unwritten pointers: preallocated blocks (some past the end), a punched hole.
         let (p, fh) = fs.create(&U, root, b"pre", 0o644, libc::O_RDWR).unwrap();
@@ -128,6 +143,12 @@ pub fn check_and_mount(meta: Vec<u8>, data: Vec<u8>) {
             let Ok(attr) = fs.getattr(e.ino) else {
                 continue;
             };
+            let r = dualfs::fs::Caller::ROOT;
+            if let Ok(names) = fs.listxattr(&r, e.ino) {
+                for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()).take(10) {
+                    let _ = fs.getxattr(&r, e.ino, name);
+                }
+            }
             match attr.kind {
                 FileKind::Directory if dirs.len() < 50 => dirs.push(e.ino),
                 FileKind::Regular => {

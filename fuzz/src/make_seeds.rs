@@ -64,7 +64,7 @@ fn main() {
                     write("meta_file", &format!("m{i}"), b);
                     ptr_blocks += 1;
                 }
-                4 if nodes < 8 => {
+                4 | 7 if nodes < 12 => {
                     write("node", &format!("n{i}"), &sealed(b));
                     nodes += 1;
                 }
@@ -97,6 +97,7 @@ fn main() {
     let mut mf = cp.ifile.encode().to_vec();
     mf.extend(bodies(&t.ifile.file.blocks));
     write("meta_file", "ifile-inode", &mf);
+    write("acl", "default", &dualfs_fuzz::ACL);
     // check_image: a few patches, from nothing to a sealed lie in an inode block.
     write("check_image", "none", &[]);
     write("check_image", "flip", &[3, 0, 16, 0, 1, 0, 0xff]);

@@ -64,7 +64,9 @@ impl BeTree {
         checker.visit(ROOT, root, None, None)?;
         let state = self.state.read();
         for id in state.cache.dirty_ids() {
-            if !checker.visited.contains(&id) {
+            // Value blocks hang off records, not off the structure (pass 6 follows them).
+            let is_value = state.cache.node(id).is_some_and(|n| n.is_value());
+            if !is_value && !checker.visited.contains(&id) {
                 return violation(format!("dirty node {id} is not reachable"));
             }
         }
@@ -111,7 +113,7 @@ impl Checker<'_> {
         if !self.visited.insert(id) {
             return violation(format!("node {id} reachable twice"));
         }
-        fmt::validate(id, node.image())?;
+        fmt::validate(id, node.image(), self.tree.policy.block_size)?;
         let policy = &self.tree.policy;
         let len = node.image().encoded_len();
         if node.encoded_len() != len {
@@ -159,6 +161,9 @@ impl Checker<'_> {
         }
         for (i, &child_id) in node.children().iter().enumerate() {
             let child = self.fetch(child_id)?;
+            if child.is_value() {
+                return violation(format!("node {child_id} under node {id} is a value block"));
+            }
             if child.level() as usize + 1 != level {
                 return violation(format!(
                     "node {child_id} at level {} under node {id} at level {level}",

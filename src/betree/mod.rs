@@ -69,6 +69,7 @@
 //! Because a mutation commits all or nothing, one that fails (a load error) leaves the tree
 //! exactly as it was, and between mutations every node always fits its block.
 
+mod attrs;
 mod cache;
 mod check;
 mod flush;
@@ -82,6 +83,6 @@ mod txn;
 #[cfg(test)]
 mod tests;
 
-pub use crate::format::node::DirValue;
+pub use crate::format::node::{AttrValue, DirValue, Key, Value};
 pub use check::TreeStats;
 pub use tree::{BeTree, DirtyNodes, EntryVisitor, NodeLoader, ScanItem};

@@ -4,8 +4,8 @@
 
 use super::policy::Policy;
 use crate::format::node::{
-    self as fmt, entry_size, message_size, pivot_size, DirValue, Key, LeafEntry, Message,
-    MessageOp, NodeBody, NodeImage, CHILD_ID_SIZE,
+    self as fmt, entry_size, message_size, pivot_size, Key, LeafEntry, Message, MessageOp,
+    NodeBody, NodeImage, Value, CHILD_ID_SIZE,
 };
 use std::ops::Range;
 
@@ -65,6 +65,17 @@ impl Node {
     pub fn is_leaf(&self) -> bool {
         self.image.level == 0
     }
+    /// A `VALUE` block, not a node of the tree's structure.
+    pub fn is_value(&self) -> bool {
+        self.image.is_value()
+    }
+    /// The bytes of a `VALUE` block.
+    pub fn value_data(&self) -> Option<(u64, &std::sync::Arc<[u8]>)> {
+        match &self.image.body {
+            NodeBody::Value { owner, data } => Some((*owner, data)),
+            _ => None,
+        }
+    }
     /// Bytes of the encoded node, header included.
     pub fn encoded_len(&self) -> usize {
         debug_assert_eq!(self.bytes, self.image.encoded_len());
@@ -83,25 +94,25 @@ impl Node {
     pub fn entries(&self) -> &[LeafEntry] {
         match &self.image.body {
             NodeBody::Leaf { entries } => entries,
-            NodeBody::Internal { .. } => &[],
+            _ => &[],
         }
     }
     pub fn children(&self) -> &[u64] {
         match &self.image.body {
-            NodeBody::Leaf { .. } => &[],
             NodeBody::Internal { children, .. } => children,
+            _ => &[],
         }
     }
     pub fn pivots(&self) -> &[Key] {
         match &self.image.body {
-            NodeBody::Leaf { .. } => &[],
             NodeBody::Internal { pivots, .. } => pivots,
+            _ => &[],
         }
     }
     pub fn messages(&self) -> &[Message] {
         match &self.image.body {
-            NodeBody::Leaf { .. } => &[],
             NodeBody::Internal { messages, .. } => messages,
+            _ => &[],
         }
     }
 
@@ -112,7 +123,7 @@ impl Node {
                 pivots,
                 messages,
             } => (children, pivots, messages),
-            NodeBody::Leaf { .. } => panic!("internal-node operation on a leaf"),
+            _ => panic!("internal-node operation on a leaf or value block"),
         }
     }
 
@@ -135,36 +146,47 @@ impl Node {
         start..end
     }
 
+    /// The buffered message that decides `key` (a point message for it, or a range
+    /// covering it), if any.
     pub fn find_message(&self, key: &Key) -> Option<&Message> {
         let messages = self.messages();
-        messages
-            .binary_search_by(|m| m.key.cmp(key))
-            .ok()
-            .map(|i| &messages[i])
+        // Messages cover disjoint keys in order: only the last one starting at or below
+        // `key` can cover it.
+        let i = messages.partition_point(|m| m.key <= *key);
+        let m = &messages[i.checked_sub(1)?];
+        m.covers(key).then_some(m)
     }
 
-    pub fn find_entry(&self, key: &Key) -> Option<DirValue> {
+    pub fn find_entry(&self, key: &Key) -> Option<&Value> {
         let entries = self.entries();
         entries
             .binary_search_by(|e| e.key.cmp(key))
             .ok()
-            .map(|i| entries[i].value)
+            .map(|i| &entries[i].value)
     }
 
-    /// Encoded size after `apply(vec![message])`, without doing it.
+    /// Encoded size after `apply(vec![message])`, without doing it (`usize::MAX` for a range
+    /// message: the caller then takes the general path).
     pub fn size_with(&self, message: &Message) -> usize {
+        if message.is_range() {
+            return usize::MAX;
+        }
         match &self.image.body {
             NodeBody::Leaf { entries } => {
                 let old = entries
                     .binary_search_by(|e| e.key.cmp(&message.key))
                     .ok()
                     .map_or(0, |i| entry_size(&entries[i]));
-                let new = match message.op {
-                    MessageOp::Insert(_) => fmt::ENTRY_FIXED + message.key.name.len(),
-                    MessageOp::Delete => 0,
+                let new = match &message.op {
+                    MessageOp::Insert(value) => entry_size(&LeafEntry {
+                        key: message.key.clone(),
+                        value: value.clone(),
+                    }),
+                    _ => 0,
                 };
                 self.bytes - old + new
             }
+            NodeBody::Value { .. } => usize::MAX,
             NodeBody::Internal { messages, .. } => {
                 let old = messages
                     .binary_search_by(|m| m.key.cmp(&message.key))
@@ -178,13 +200,58 @@ impl Node {
     /// Apply messages (sorted, one per key, newer than everything here): a leaf updates its
     /// entries, an internal node buffers them, replacing older messages for the same keys.
     pub fn apply(&mut self, incoming: Vec<Message>) {
-        debug_assert!(incoming.windows(2).all(|w| w[0].key < w[1].key));
+        debug_assert!(incoming.windows(2).all(|w| w[0].ends_before(&w[1].key)));
         let delta = match &mut self.image.body {
             NodeBody::Leaf { entries } => apply_to_entries(entries, incoming),
             NodeBody::Internal { messages, .. } => merge_messages(messages, incoming),
+            NodeBody::Value { .. } => panic!("messages applied to a value block"),
         };
         self.bytes = (self.bytes as isize + delta) as usize;
+        self.split_ranges_at_pivots();
         debug_assert_eq!(self.bytes, self.image.encoded_len());
+    }
+
+    /// Cut range messages of an internal node at its pivots, so that each message is destined
+    /// to one child (the pieces keep the range's meaning: every key they cover is deleted).
+    fn split_ranges_at_pivots(&mut self) {
+        let NodeBody::Internal {
+            pivots, messages, ..
+        } = &mut self.image.body
+        else {
+            return;
+        };
+        let crosses = |m: &Message| match &m.op {
+            MessageOp::DeleteRange(end) => {
+                let first = pivots.partition_point(|p| *p <= m.key);
+                pivots.get(first).is_some_and(|p| p < end)
+            }
+            _ => false,
+        };
+        if !messages.iter().any(crosses) {
+            return;
+        }
+        let mut out = Vec::with_capacity(messages.len() + 2);
+        for m in messages.drain(..) {
+            let MessageOp::DeleteRange(end) = &m.op else {
+                out.push(m);
+                continue;
+            };
+            let mut lower = m.key.clone();
+            let first = pivots.partition_point(|p| *p <= lower);
+            for p in pivots[first..].iter().take_while(|p| *p < end) {
+                out.push(Message {
+                    key: lower,
+                    op: MessageOp::DeleteRange(p.clone()),
+                });
+                lower = p.clone();
+            }
+            out.push(Message {
+                key: lower,
+                op: MessageOp::DeleteRange(end.clone()),
+            });
+        }
+        *messages = out;
+        self.bytes = self.image.encoded_len();
     }
 
     /// Remove and return the messages destined to child `index`.
@@ -235,6 +302,8 @@ impl Node {
         children.splice(index + 1..index + 1, ids);
         pivots.splice(index..index, keys);
         self.bytes += added;
+        // A buffered range may now span the new pivots.
+        self.split_ranges_at_pivots();
     }
 
     /// Drop child `index >= 1` and the pivot below it: its range joins child `index - 1`.
@@ -265,7 +334,7 @@ impl Node {
 
     pub fn underflow(&self, policy: &Policy) -> Underflow {
         if self.is_leaf() {
-            if self.bytes - fmt::BODY_OFFSET < policy.min_leaf_bytes {
+            if self.bytes.saturating_sub(fmt::BODY_OFFSET) < policy.min_leaf_bytes {
                 return Underflow::Soft;
             }
         } else {
@@ -316,7 +385,7 @@ impl Node {
                     messages,
                 }
             }
-            _ => unreachable!("nodes of one level are of one kind"),
+            _ => unreachable!("nodes of one level are of one kind (value blocks are no children)"),
         };
         Node::from_image(NodeImage { level, body })
     }
@@ -385,6 +454,7 @@ impl Node {
                 pieces.reverse();
                 pieces
             }
+            NodeBody::Value { .. } => panic!("splitting a value block"),
         }
     }
 }
@@ -392,15 +462,28 @@ impl Node {
 /// Apply sorted messages to sorted entries; returns the change of encoded bytes.
 pub(crate) fn apply_to_entries(entries: &mut Vec<LeafEntry>, incoming: Vec<Message>) -> isize {
     let mut delta = 0isize;
-    if incoming.len() <= 8 {
-        // A few point updates: binary search beats rebuilding the vector.
+    if incoming.len() <= 8 || incoming.iter().any(Message::is_range) {
+        // A few point updates: binary search beats rebuilding the vector. (Ranges are rare:
+        // they take this path too.)
         for message in incoming {
+            if let MessageOp::DeleteRange(end) = &message.op {
+                let from = entries.partition_point(|e| e.key < message.key);
+                let to = from + entries[from..].partition_point(|e| e.key < *end);
+                for e in entries.drain(from..to) {
+                    delta -= entry_size(&e) as isize;
+                }
+                continue;
+            }
             match (
                 entries.binary_search_by(|e| e.key.cmp(&message.key)),
                 message.op,
             ) {
-                (Ok(i), MessageOp::Insert(value)) => entries[i].value = value,
-                (Ok(i), MessageOp::Delete) => {
+                (Ok(i), MessageOp::Insert(value)) => {
+                    let old = entry_size(&entries[i]) as isize;
+                    entries[i].value = value;
+                    delta += entry_size(&entries[i]) as isize - old;
+                }
+                (Ok(i), _) => {
                     delta -= entry_size(&entries.remove(i)) as isize;
                 }
                 (Err(i), MessageOp::Insert(value)) => {
@@ -411,7 +494,7 @@ pub(crate) fn apply_to_entries(entries: &mut Vec<LeafEntry>, incoming: Vec<Messa
                     delta += entry_size(&entry) as isize;
                     entries.insert(i, entry);
                 }
-                (Err(_), MessageOp::Delete) => {}
+                (Err(_), _) => {}
             }
         }
         return delta;
@@ -443,6 +526,9 @@ pub(crate) fn apply_to_entries(entries: &mut Vec<LeafEntry>, incoming: Vec<Messa
 
 /// Merge newer sorted messages into a sorted buffer; returns the change of encoded bytes.
 fn merge_messages(buffer: &mut Vec<Message>, incoming: Vec<Message>) -> isize {
+    if incoming.iter().any(Message::is_range) || buffer.iter().any(Message::is_range) {
+        return merge_covering(buffer, incoming);
+    }
     let mut delta = 0isize;
     if incoming.len() <= 8 {
         for message in incoming {
@@ -473,6 +559,43 @@ fn merge_messages(buffer: &mut Vec<Message>, incoming: Vec<Message>) -> isize {
     merged.extend(old);
     *buffer = merged;
     delta
+}
+
+/// `merge_messages` when ranges are involved: each newer message takes over every key it
+/// covers — older points there go, older ranges are cut around it.
+fn merge_covering(buffer: &mut Vec<Message>, incoming: Vec<Message>) -> isize {
+    let before: usize = buffer.iter().map(message_size).sum();
+    for message in incoming {
+        let end = message.end();
+        let below_end = |k: &Key| end.as_ref().is_none_or(|e| k < e);
+        let from = buffer.partition_point(|o| o.ends_before(&message.key));
+        let to = from + buffer[from..].partition_point(|o| below_end(&o.key));
+        let mut replacement = Vec::with_capacity(3);
+        if let Some(first) = buffer.get(from).filter(|_| from < to) {
+            if first.is_range() && first.key < message.key {
+                replacement.push(Message {
+                    key: first.key.clone(),
+                    op: MessageOp::DeleteRange(message.key.clone()),
+                });
+            }
+        }
+        let tail = (from < to)
+            .then(|| &buffer[to - 1])
+            .and_then(|last| match (&last.op, &end) {
+                (MessageOp::DeleteRange(last_end), Some(end)) if end < last_end => {
+                    Some(Message {
+                        key: end.clone(),
+                        op: MessageOp::DeleteRange(last_end.clone()),
+                    })
+                }
+                _ => None,
+            });
+        replacement.push(message);
+        replacement.extend(tail);
+        buffer.splice(from..to, replacement);
+    }
+    let after: usize = buffer.iter().map(message_size).sum();
+    after as isize - before as isize
 }
 
 /// The shortest key `p` with `left < p <= right`: `(dir, hash)` of `right` with an empty name
@@ -597,7 +720,7 @@ mod tests {
     fn apply_and_merge_keep_sizes() {
         let ins = |n: &[u8], ino| Message {
             key: key(1, n[0] as u64, n),
-            op: MessageOp::Insert(DirValue { ino, kind: 1 }),
+            op: MessageOp::Insert(Value::Entry(fmt::DirValue { ino, kind: 1 })),
         };
         let del = |n: &[u8]| Message {
             key: key(1, n[0] as u64, n),

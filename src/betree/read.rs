@@ -4,11 +4,11 @@
 use super::node::apply_to_entries;
 use super::tree::TreeState;
 use super::txn::{check_child_level, Stop};
-use crate::format::node::{DirValue, Key, LeafEntry, Message, MessageOp};
+use crate::format::node::{Key, LeafEntry, Message, MessageOp, Value};
 use crate::format::ROOT_NODE_ID as ROOT;
 
 /// Walk root to leaf; the first message for `key` met on the way (the newest) decides.
-pub(crate) fn lookup(state: &TreeState, key: &Key) -> Result<Option<DirValue>, Stop> {
+pub(crate) fn lookup(state: &TreeState, key: &Key) -> Result<Option<Value>, Stop> {
     let mut id = ROOT;
     let mut parent_level = None;
     loop {
@@ -17,12 +17,12 @@ pub(crate) fn lookup(state: &TreeState, key: &Key) -> Result<Option<DirValue>, S
             check_child_level(id, node, level)?;
         }
         if node.is_leaf() {
-            return Ok(node.find_entry(key));
+            return Ok(node.find_entry(key).cloned());
         }
         if let Some(message) = node.find_message(key) {
-            return Ok(match message.op {
-                MessageOp::Insert(value) => Some(value),
-                MessageOp::Delete => None,
+            return Ok(match &message.op {
+                MessageOp::Insert(value) => Some(value.clone()),
+                MessageOp::Delete | MessageOp::DeleteRange(_) => None,
             });
         }
         parent_level = Some(node.level());
@@ -77,7 +77,8 @@ pub(crate) fn read_leaf_range(state: &TreeState, start: &Key) -> Result<LeafRang
         }
         let range = node.child_messages(index);
         let messages = &node.messages()[range];
-        let from = messages.partition_point(|m| m.key < *start);
+        // A range that starts below `start` may still cover what follows it.
+        let from = messages.partition_point(|m| m.ends_before(start));
         layers.push(messages[from..].to_vec());
         parent_level = Some(node.level());
         id = node.children()[index];

@@ -7,7 +7,7 @@ use super::policy::Policy;
 use super::read::{self, LeafRange};
 use super::txn::{Changes, Stop, Txn};
 use crate::error::err;
-use crate::format::node::{self as fmt, DirValue, Key, Message, MessageOp};
+use crate::format::node::{self as fmt, DirValue, Key, Message, MessageOp, Value};
 use crate::format::{NAME_MAX, ROOT_NODE_ID as ROOT};
 use crate::{FsError, Result};
 use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
@@ -27,8 +27,9 @@ pub struct ScanItem {
     pub value: DirValue,
 }
 
-/// What `for_each` calls for every entry: `(dir, hash, name, value)`.
-pub type EntryVisitor<'a> = dyn FnMut(u64, u64, &[u8], DirValue) + 'a;
+/// What `for_each` calls for every record: `(dir, hash, name, value)` — directory entries and
+/// attributes alike.
+pub type EntryVisitor<'a> = dyn FnMut(u64, u64, &[u8], &Value) + 'a;
 
 /// What `take_dirty` hands to the log writer.
 #[derive(Debug, Default)]
@@ -56,7 +57,10 @@ impl TreeState {
             self.cache.store_dirty(id, node);
         }
         for id in changes.freed {
-            let on_disk = self.cache.discard(id);
+            // A node that is not cached was written and evicted (dirty and in-flight nodes
+            // stay cached): it has a block. Tree nodes are always cached when freed; value
+            // blocks are freed without being loaded.
+            let on_disk = !self.cache.contains(id) || self.cache.discard(id);
             self.ids.release(id, on_disk);
         }
         self.commits += 1;
@@ -202,6 +206,11 @@ impl BeTree {
         self.lookup_key(ld, &key)
     }
 
+    /// What the tree holds under `key`, whatever kind of record it is.
+    pub(crate) fn lookup_value(&self, ld: &dyn NodeLoader, key: &Key) -> Result<Option<Value>> {
+        self.read_op(ld, |state| read::lookup(state, key))
+    }
+
     /// Insert or replace.
     pub fn insert(&self, ld: &dyn NodeLoader, dir: u64, name: &[u8], v: DirValue) -> Result<()> {
         let key = self.key(dir, name)?;
@@ -215,7 +224,15 @@ impl BeTree {
     }
 
     pub(crate) fn lookup_key(&self, ld: &dyn NodeLoader, key: &Key) -> Result<Option<DirValue>> {
-        self.read_op(ld, |state| read::lookup(state, key))
+        match self.lookup_value(ld, key)? {
+            None => Ok(None),
+            Some(Value::Entry(v)) => Ok(Some(v)),
+            // Validation keeps attributes out of the entries' key space.
+            Some(Value::Attr(_)) => Err(FsError::corrupt(
+                "directory tree",
+                format!("an attribute under directory entry key {key:?}"),
+            )),
+        }
     }
 
     /// `insert` with the key's hash given (tests force hash collisions with it).
@@ -227,7 +244,7 @@ impl BeTree {
             ld,
             Message {
                 key,
-                op: MessageOp::Insert(v),
+                op: MessageOp::Insert(Value::Entry(v)),
             },
         )
     }
@@ -244,7 +261,8 @@ impl BeTree {
 
     /// Entries of `dir` with hash >= `start_hash`, in key order, at most `max` — except that
     /// a group of entries sharing one hash is never cut (it is returned whole even if that
-    /// exceeds `max`). `max == 0` returns nothing.
+    /// exceeds `max`). `max == 0` returns nothing. Only directory entries: the listing stops
+    /// where `dir`'s attributes begin.
     pub fn scan(
         &self,
         ld: &dyn NodeLoader,
@@ -262,17 +280,26 @@ impl BeTree {
             for entry in range.entries {
                 let key = entry.key;
                 let full = items.len() >= max;
-                if key.dir != dir || (full && items.last().is_some_and(|l| l.hash != key.hash)) {
+                if key.dir != dir
+                    || key.is_attr()
+                    || (full && items.last().is_some_and(|l| l.hash != key.hash))
+                {
                     return Ok(items);
                 }
+                let Value::Entry(value) = entry.value else {
+                    return Err(FsError::corrupt(
+                        "directory tree",
+                        format!("an attribute under directory entry key {key:?}"),
+                    ));
+                };
                 items.push(ScanItem {
                     hash: key.hash,
                     name: key.name.to_vec(),
-                    value: entry.value,
+                    value,
                 });
             }
             match range.next {
-                Some(next) if next.dir == dir => {
+                Some(next) if next.dir == dir && !next.is_attr() => {
                     // Past the last group already returned? Then it cannot continue there.
                     let full = items.len() >= max;
                     if full && items.last().is_some_and(|l| next.hash > l.hash) {
@@ -293,7 +320,7 @@ impl BeTree {
             let LeafRange { entries, next } =
                 self.read_op(ld, |state| read::read_leaf_range(state, &start))?;
             for entry in entries {
-                f(entry.key.dir, entry.key.hash, &entry.key.name, entry.value);
+                f(entry.key.dir, entry.key.hash, &entry.key.name, &entry.value);
             }
             match next {
                 Some(next) => start = next,
@@ -376,7 +403,7 @@ impl BeTree {
     }
 
     /// Run a query under the shared lock, loading missing nodes with no lock held.
-    fn read_op<T>(
+    pub(crate) fn read_op<T>(
         &self,
         ld: &dyn NodeLoader,
         query: impl Fn(&TreeState) -> std::result::Result<T, Stop>,
@@ -396,16 +423,26 @@ impl BeTree {
         }
     }
 
-    fn apply_message(&self, ld: &dyn NodeLoader, message: Message) -> Result<()> {
+    pub(crate) fn apply_message(&self, ld: &dyn NodeLoader, message: Message) -> Result<()> {
         let _mutator = self.mutator.lock();
         if self.apply_in_place(&message) {
             return Ok(());
         }
+        self.mutate_locked(ld, |txn| txn.apply_at_root(message.clone()))
+    }
+
+    /// Run `change` in a transaction of its own (again from the start after each load) and
+    /// commit it; the caller holds the mutator lock.
+    pub(crate) fn mutate_locked(
+        &self,
+        ld: &dyn NodeLoader,
+        change: impl Fn(&mut Txn) -> std::result::Result<(), Stop>,
+    ) -> Result<()> {
         let mut pins = self.pins();
         loop {
             let state = self.state.upgradable_read();
             let mut txn = Txn::new(&state, &self.policy);
-            match txn.apply_at_root(message.clone()) {
+            match change(&mut txn) {
                 Ok(()) => {
                     let changes = txn.finish();
                     let mut state = RwLockUpgradableReadGuard::upgrade(state);
@@ -425,7 +462,7 @@ impl BeTree {
     }
 
     /// The common case: the root is cached and takes the message without overflowing.
-    fn apply_in_place(&self, message: &Message) -> bool {
+    pub(crate) fn apply_in_place(&self, message: &Message) -> bool {
         let mut state = self.state.write();
         let fits = match state.cache.node(ROOT) {
             Some(root) => {

@@ -134,6 +134,29 @@ impl<'a> Txn<'a> {
         id
     }
 
+    /// Does `id` name a value block that may be freed? (It is allocated, not freed here
+    /// already, and not a tree node as far as the cache shows.)
+    pub fn is_allocated(&self, id: u64) -> bool {
+        match self.slots.get(&id) {
+            Some(Slot::Present(node)) => node.is_value(),
+            Some(_) => false,
+            None => {
+                self.state.ids.in_use(id)
+                    && id != crate::format::ROOT_NODE_ID
+                    && self.state.cache.node(id).is_none_or(|n| n.is_value())
+            }
+        }
+    }
+
+    /// Value block `id` no longer exists; it need not be loaded (or taken).
+    pub fn free_value(&mut self, id: u64) {
+        match self.slots.insert(id, Slot::Freed) {
+            None => self.freed.push(id),
+            Some(Slot::Present(node)) if node.is_value() => self.freed.push(id),
+            _ => panic!("value block {id} freed twice or while taken"),
+        }
+    }
+
     /// Node `id`, currently taken, no longer exists.
     pub fn free(&mut self, id: u64) {
         assert_ne!(id, crate::format::ROOT_NODE_ID, "freeing the root");
@@ -164,6 +187,12 @@ impl<'a> Txn<'a> {
 }
 
 pub(crate) fn check_child_level(id: u64, node: &Node, parent_level: u8) -> Result<(), FsError> {
+    if node.is_value() {
+        return Err(FsError::corrupt(
+            "tree node",
+            format!("node {id} is a value block but sits in the tree"),
+        ));
+    }
     if parent_level == 0 || node.level() != parent_level - 1 {
         return Err(FsError::corrupt(
             "tree node",

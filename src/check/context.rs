@@ -145,6 +145,8 @@ impl Sink {
         s.log_blocks_live += o.log_blocks_live;
         s.tree_nodes += o.tree_nodes;
         s.entries += o.entries;
+        s.attributes += o.attributes;
+        s.value_blocks += o.value_blocks;
     }
 
     /// Record what a repair can act on.

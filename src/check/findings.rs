@@ -141,6 +141,18 @@ pub enum Finding {
 
     // ---- pass 7: namespace (the repair plans from the entries themselves)
     Namespace,
+    /// An extended attribute that must go: of an inode that is free or of another
+    /// generation, with a name or value Linux would never store there, whose value cannot be
+    /// read, or past its inode's limits.
+    Attribute {
+        ino: u64,
+        hash: u64,
+        name: Vec<u8>,
+    },
+    /// The inode's attribute flags (`i_flags`) do not say what attributes it has.
+    AttrFlags {
+        ino: u64,
+    },
 }
 
 impl Finding {

@@ -34,6 +34,7 @@ mod pass3_block_maps;
 mod pass4_data_bitmaps;
 mod pass5_segment_usage;
 mod pass6_tree;
+mod pass7_attributes;
 mod pass7_namespace;
 pub mod repair;
 mod salvage;
@@ -130,6 +131,9 @@ pub struct Stats {
     pub tree_nodes: u64,
     /// Directory entries.
     pub entries: u64,
+    /// Extended attributes, and the `VALUE` blocks holding their long values.
+    pub attributes: u64,
+    pub value_blocks: u64,
 }
 
 /// Everything the check found.
@@ -184,7 +188,7 @@ impl fmt::Display for Report {
             f,
             "checkpoint {}{}, {} transactions rolled forward; {} inodes ({} directories, {} files, \
              {} symlinks, {} special, {} orphans), {} data blocks in use, {} live log blocks, \
-             {} tree nodes, {} entries: {} {}, {} {}",
+             {} tree nodes, {} entries, {} attributes: {} {}, {} {}",
             s.checkpoint_serial,
             if s.checkpoint_clean { " (clean)" } else { "" },
             s.transactions_rolled_forward,
@@ -198,6 +202,7 @@ impl fmt::Display for Report {
             s.log_blocks_live,
             s.tree_nodes,
             s.entries,
+            s.attributes,
             errors,
             if errors == 1 { "error" } else { "errors" },
             warnings,
@@ -330,6 +335,7 @@ pub(crate) fn run(
     timed(&mut sink, "6 (tree, waited for)");
     if let Some(ns) = &namespace {
         pass7_namespace::run(&mut sink, ns, &inodes);
+        pass7_attributes::run(&mut sink, ns, &inodes);
     }
     timed(&mut sink, "7 (namespace)");
     sink.note(|| {

@@ -8,7 +8,8 @@ use super::context::{damage_or_failure, LogReader, Sink};
 use super::findings::Finding;
 use super::pass1_checkpoints::Loaded;
 use super::salvage::{salvage, Salvaged};
-use crate::betree::{BeTree, NodeLoader};
+use crate::betree::{AttrValue, BeTree, NodeLoader, Value};
+use crate::format::node::{self as fmt, value_bytes_per_block, NodeBody};
 use crate::format::{BlockHeader, BlockKind};
 use crate::{FsError, Result};
 use std::collections::{BTreeSet, HashMap};
@@ -28,10 +29,32 @@ pub struct Entry {
     pub kind: u8,
 }
 
-/// What pass 7 checks: the entries, and the tree (for its name hash).
+/// An extended attribute record: key (`ino`, `hash`, `name`), the value's length and the
+/// `VALUE` blocks holding it (none when inline). The value itself is kept only for ACLs
+/// (`value`), which pass 7 parses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttrRecord {
+    pub ino: u64,
+    pub hash: u64,
+    pub name: Vec<u8>,
+    pub len: usize,
+    pub ids: Vec<u64>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// Attribute values worth keeping for pass 7.
+fn keeps_value(name: &[u8]) -> bool {
+    name.starts_with(b"system.posix_acl_")
+}
+
+/// What pass 7 checks: the entries and attributes, and the tree (for its name hash).
 pub struct Namespace {
     pub tree: BeTree,
     pub entries: Vec<Entry>,
+    /// In key order, so each inode's are together.
+    pub attrs: Vec<AttrRecord>,
+    /// `attrs` were listed from the tree (not so when the entries come from a listing).
+    pub attrs_known: bool,
     /// Every node the tree reaches.
     pub nodes: BTreeSet<u64>,
     /// The tree itself checked out (else the entries come from a listing).
@@ -93,7 +116,12 @@ impl NodeLoader for NodeMapLoader<'_, '_> {
                 .map_err(|why| bad(format!("node {id}: {why}")))?,
         };
         let h = BlockHeader::read(&raw).map_err(|e| bad(format!("node {id} at {addr}: {e}")))?;
-        if h.kind != BlockKind::Node || h.owner != id || h.index != 0 {
+        let kind_ok = match h.kind {
+            BlockKind::Node => h.index == 0,
+            BlockKind::Value => true,
+            _ => false,
+        };
+        if !kind_ok || h.owner != id {
             return Err(bad(format!(
                 "node {id} at {addr}: the block is {:?} of owner {}, index {}",
                 h.kind, h.owner, h.index
@@ -202,18 +230,6 @@ fn check_and_list(
                 }
             }
             sink.stats.tree_nodes = reached.len() as u64;
-            for (id, &a) in addrs.iter().enumerate().skip(1) {
-                if a != 0 && !reached.contains(&(id as u64)) {
-                    sink.found(Finding::NodeMapEntry { id: id as u64 });
-                    sink.error(
-                        NAME,
-                        format!(
-                            "node map entry {id} names log block {a}, but the tree does not \
-                             reach node {id} (leaked)"
-                        ),
-                    );
-                }
-            }
             true
         }
         Err(e) => {
@@ -226,6 +242,8 @@ fn check_and_list(
     };
     sink.progress(6, NAME, 1, 2);
 
+    let mut attrs = Vec::new();
+    let attrs_known = listed.is_none();
     let entries = match listed {
         Some(listed) => {
             sink.note(|| "directory entries come from a listing, not from the tree".into());
@@ -233,14 +251,25 @@ fn check_and_list(
         }
         None if tree_ok => {
             let mut v = Vec::new();
-            let listing = tree.for_each(&loader, &mut |dir, hash, name, value| {
-                v.push(Entry {
+            let listing = tree.for_each(&loader, &mut |dir, hash, name, value| match value {
+                Value::Entry(value) => v.push(Entry {
                     dir,
                     hash,
                     name: name.to_vec(),
                     ino: value.ino,
                     kind: value.kind,
-                })
+                }),
+                Value::Attr(a) => attrs.push(AttrRecord {
+                    ino: dir,
+                    hash,
+                    name: name.to_vec(),
+                    len: a.len(),
+                    ids: a.ids().to_vec(),
+                    value: match a {
+                        AttrValue::Inline(bytes) if keeps_value(name) => Some(bytes.to_vec()),
+                        _ => None,
+                    },
+                }),
             });
             if let Err(e) = listing {
                 let why = damage_or_failure(e)?;
@@ -249,6 +278,7 @@ fn check_and_list(
                 *damaged = true;
                 return Ok(None);
             }
+            check_value_blocks(sink, &loader, next_id, &mut reached, &mut attrs);
             v
         }
         None => {
@@ -259,6 +289,9 @@ fn check_and_list(
             return Ok(None);
         }
     };
+    if tree_ok {
+        leaked_ids(sink, addrs, &reached);
+    }
     for w in entries.windows(2) {
         let (a, b) = (&w[0], &w[1]);
         if (a.dir, a.hash, &a.name) >= (b.dir, b.hash, &b.name) {
@@ -279,11 +312,100 @@ fn check_and_list(
         }
     }
     sink.stats.entries = entries.len() as u64;
+    sink.stats.attributes = attrs.len() as u64;
     sink.progress(6, NAME, 2, 2);
     Ok(Some(Namespace {
         tree,
         entries,
+        attrs,
+        attrs_known,
         nodes: reached,
         tree_ok,
     }))
+}
+
+/// Node map entries that nothing reaches: neither the tree nor a live attribute's value.
+fn leaked_ids(sink: &mut Sink, addrs: &[u64], reached: &BTreeSet<u64>) {
+    for (id, &a) in addrs.iter().enumerate().skip(1) {
+        if a != 0 && !reached.contains(&(id as u64)) {
+            sink.found(Finding::NodeMapEntry { id: id as u64 });
+            sink.error(
+                NAME,
+                format!(
+                    "node map entry {id} names log block {a}, but neither the tree nor an \
+                     attribute reaches it (leaked)"
+                ),
+            );
+        }
+    }
+}
+
+/// Every `VALUE` block a live attribute names must be allocated, used once, and hold its
+/// part of that attribute's value; the blocks join what the node map may name. An attribute
+/// whose value cannot be read is reported for removal (and its blocks are not counted as
+/// reached, so the repair frees them).
+fn check_value_blocks(
+    sink: &mut Sink,
+    loader: &NodeMapLoader,
+    next_id: u64,
+    reached: &mut BTreeSet<u64>,
+    attrs: &mut [AttrRecord],
+) {
+    let bs = loader.log.block_size() as usize;
+    let per = value_bytes_per_block(bs);
+    for a in attrs.iter_mut().filter(|a| !a.ids.is_empty()) {
+        let mut value = keeps_value(&a.name).then(Vec::new);
+        let mut why = None;
+        for (k, &id) in a.ids.iter().enumerate() {
+            let want = per.min(a.len - k * per);
+            let part = if id >= next_id || reached.contains(&id) {
+                Err(format!("block id {id} is not free for it (used, or never allocated)"))
+            } else {
+                loader
+                    .load_node(id)
+                    .and_then(|raw| fmt::decode(&raw, id))
+                    .map_err(|e| e.to_string())
+                    .and_then(|image| match image.body {
+                        NodeBody::Value { owner, data } if owner == a.ino && data.len() == want => {
+                            Ok(data)
+                        }
+                        _ => Err(format!("block id {id} is not part {k} of this value")),
+                    })
+            };
+            match part {
+                Ok(data) => {
+                    if let Some(v) = &mut value {
+                        v.extend_from_slice(&data);
+                    }
+                }
+                Err(e) => {
+                    why = Some(e);
+                    break;
+                }
+            }
+        }
+        match why {
+            None => {
+                reached.extend(a.ids.iter().copied());
+                sink.stats.value_blocks += a.ids.len() as u64;
+                a.value = value;
+            }
+            Some(why) => {
+                sink.error(
+                    NAME,
+                    format!(
+                        "inode {}: the value of attribute '{}' cannot be read: {why}",
+                        a.ino,
+                        a.name.escape_ascii()
+                    ),
+                );
+                sink.found(Finding::Attribute {
+                    ino: a.ino,
+                    hash: a.hash,
+                    name: a.name.clone(),
+                });
+                a.ids.clear();
+            }
+        }
+    }
 }

@@ -1,30 +1,45 @@
-//! Salvaging the directory entries of a damaged B-epsilon tree, for a repair that rebuilds it.
+//! Salvaging the directory entries and attributes of a damaged B-epsilon tree, for a repair
+//! that rebuilds it.
 //!
 //! The walk goes from the root through every node it can read, skipping what it cannot (an
 //! unreadable or undecodable block, a node reached twice, a child whose level is not below
-//! its parent's) and the subtrees under it. A key's current state is the one nearest the
-//! root: a message buffered in an internal node is newer than everything below it on the
-//! key's path, so for each key the entry or message found at the smallest depth wins, and a
-//! delete there means the name is gone. Names that no directory may hold are dropped. The
-//! entries of unreadable nodes are lost; the inodes they named become unreachable and the
-//! repair's next round reconnects them under /lost+found.
+//! its parent's, a value block where a node should be) and the subtrees under it. A key's
+//! current state is the one nearest the root: a message buffered in an internal node is newer
+//! than everything below it on the key's path, so for each key the entry or message found at
+//! the smallest depth wins, and a delete there — or a range delete covering the key, above
+//! where the key was found — means the record is gone. Names that no directory may hold are
+//! dropped. The entries of unreadable nodes are lost; the inodes they named become
+//! unreachable and the repair's next round reconnects them under /lost+found. Attributes keep
+//! their keys and values (read from their value blocks; one that cannot be read is dropped).
 
 use super::pass6_tree::Entry;
 use crate::betree::NodeLoader;
-use crate::format::node::{self as fmt, DirValue, MessageOp, NodeBody};
+use crate::format::node::{self as fmt, AttrValue, Key, MessageOp, NodeBody, Value};
 use crate::format::ROOT_NODE_ID;
 use std::collections::{BTreeMap, HashSet};
+
+/// An attribute a rebuild puts back: its key and its whole value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SalvagedAttr {
+    pub ino: u64,
+    pub hash: u64,
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+}
 
 /// What a salvage walk found.
 #[derive(Clone, Debug, Default)]
 pub struct Salvaged {
     /// The entries that survive, in key order.
     pub entries: Vec<Entry>,
+    /// The attributes that survive, in key order.
+    pub attrs: Vec<SalvagedAttr>,
     /// Nodes read and decoded.
     pub nodes_read: u64,
     /// Nodes that could not be read, decoded or placed (their subtrees are not visited).
     pub nodes_lost: u64,
-    /// Entries dropped for an illegal name or inode number.
+    /// Entries dropped for an illegal name or inode number, attributes whose value could not
+    /// be read.
     pub dropped: u64,
 }
 
@@ -38,21 +53,20 @@ fn legal_name(name: &[u8]) -> bool {
         && name != b".."
 }
 
-/// Every key seen, `(dir, hash, name)`, with the depth of the node nearest the root that holds
-/// it and its value there (None: a delete).
-type Seen = BTreeMap<(u64, u64, Vec<u8>), (u32, Option<DirValue>)>;
+/// Every key seen with the depth of the node nearest the root that holds it and its value
+/// there (None: a delete).
+type Seen = BTreeMap<Key, (u32, Option<Value>)>;
 
 /// Walk the tree through `ld` from the root and collect what can be read of it.
 pub fn salvage(ld: &dyn NodeLoader) -> Salvaged {
     let mut out = Salvaged::default();
     let mut found = Seen::new();
-    let mut note = |dir: u64, hash: u64, name: &[u8], depth: u32, v: Option<DirValue>| {
-        let key = (dir, hash, name.to_vec());
-        match found.get(&key) {
-            Some(&(d, _)) if d <= depth => {}
-            _ => {
-                found.insert(key, (depth, v));
-            }
+    // Range deletes: (start, end, depth).
+    let mut ranges: Vec<(Key, Key, u32)> = Vec::new();
+    let mut note = |key: Key, depth: u32, v: Option<Value>| match found.get(&key) {
+        Some(&(d, _)) if d <= depth => {}
+        _ => {
+            found.insert(key, (depth, v));
         }
     };
     let mut visited: HashSet<u64> = HashSet::new();
@@ -64,8 +78,8 @@ pub fn salvage(ld: &dyn NodeLoader) -> Salvaged {
             continue;
         }
         let image = match ld.load_node(id).and_then(|b| fmt::decode(&b, id)) {
-            Ok(image) => image,
-            Err(_) => {
+            Ok(image) if !image.is_value() => image,
+            _ => {
                 out.nodes_lost += 1;
                 continue;
             }
@@ -78,41 +92,80 @@ pub fn salvage(ld: &dyn NodeLoader) -> Salvaged {
         match image.body {
             NodeBody::Leaf { entries } => {
                 for e in entries {
-                    note(e.key.dir, e.key.hash, &e.key.name, depth, Some(e.value));
+                    note(e.key, depth, Some(e.value));
                 }
             }
             NodeBody::Internal {
                 children, messages, ..
             } => {
                 for m in messages {
-                    let v = match m.op {
-                        MessageOp::Insert(v) => Some(v),
-                        MessageOp::Delete => None,
-                    };
-                    note(m.key.dir, m.key.hash, &m.key.name, depth, v);
+                    match m.op {
+                        MessageOp::Insert(v) => note(m.key, depth, Some(v)),
+                        MessageOp::Delete => note(m.key, depth, None),
+                        MessageOp::DeleteRange(end) => ranges.push((m.key, end, depth)),
+                    }
                 }
                 // Reversed so that children are visited left to right.
                 for &child in children.iter().rev() {
                     stack.push((child, depth + 1, Some(image.level)));
                 }
             }
+            NodeBody::Value { .. } => unreachable!("value blocks were skipped"),
         }
     }
-    for ((dir, hash, name), (_, value)) in found {
+    let deleted_by_range = |key: &Key, depth: u32| {
+        ranges
+            .iter()
+            .any(|(start, end, d)| *d < depth && start <= key && key < end)
+    };
+    for (key, (depth, value)) in found {
         let Some(v) = value else { continue };
-        if !legal_name(&name) || dir == 0 || v.ino == 0 {
-            out.dropped += 1;
+        if deleted_by_range(&key, depth) {
             continue;
         }
-        out.entries.push(Entry {
-            dir,
-            hash,
-            name,
-            ino: v.ino,
-            kind: v.kind,
-        });
+        match v {
+            Value::Entry(v) => {
+                if !legal_name(&key.name) || key.dir == 0 || v.ino == 0 {
+                    out.dropped += 1;
+                    continue;
+                }
+                out.entries.push(Entry {
+                    dir: key.dir,
+                    hash: key.hash,
+                    name: key.name.to_vec(),
+                    ino: v.ino,
+                    kind: v.kind,
+                });
+            }
+            Value::Attr(a) => match read_value(ld, key.dir, &a) {
+                Some(value) => out.attrs.push(SalvagedAttr {
+                    ino: key.dir,
+                    hash: key.hash,
+                    name: key.name.to_vec(),
+                    value,
+                }),
+                None => out.dropped += 1,
+            },
+        }
     }
     out
+}
+
+/// The whole value of an attribute of `ino`, if every block of it can be read.
+fn read_value(ld: &dyn NodeLoader, ino: u64, a: &AttrValue) -> Option<Vec<u8>> {
+    let (len, ids) = match a {
+        AttrValue::Inline(bytes) => return Some(bytes.to_vec()),
+        AttrValue::Blocks { len, ids } => (*len as usize, ids),
+    };
+    let mut out = Vec::with_capacity(len);
+    for &id in ids.iter() {
+        let image = ld.load_node(id).and_then(|b| fmt::decode(&b, id)).ok()?;
+        match image.body {
+            NodeBody::Value { owner, data } if owner == ino => out.extend_from_slice(&data),
+            _ => return None,
+        }
+    }
+    (out.len() == len).then_some(out)
 }
 
 #[cfg(test)]
@@ -138,8 +191,8 @@ mod tests {
         }
     }
 
-    fn v(ino: u64) -> DirValue {
-        DirValue { ino, kind: 1 }
+    fn v(ino: u64) -> crate::format::node::DirValue {
+        crate::format::node::DirValue { ino, kind: 1 }
     }
 
     /// A tree of `n` entries in directory 1 (names f<i> -> inode 100+i) whose last `removed`
@@ -176,7 +229,7 @@ mod tests {
         assert_eq!(s.nodes_read, stats.node_count());
         let mut want: Vec<(u64, Vec<u8>, u64)> = Vec::new();
         t.for_each(&blocks, &mut |dir, _, name, value| {
-            want.push((dir, name.to_vec(), value.ino))
+            want.push((dir, name.to_vec(), value.as_entry().unwrap().ino))
         })
         .unwrap();
         let got: Vec<(u64, Vec<u8>, u64)> = s

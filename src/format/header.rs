@@ -16,6 +16,8 @@ pub enum BlockKind {
     Node = 4,
     Meta = 5,
     MetaIndirect = 6,
+    /// Part of an extended attribute's value too large to sit in the tree (format 2).
+    Value = 7,
 }
 
 impl BlockKind {
@@ -27,6 +29,7 @@ impl BlockKind {
             4 => BlockKind::Node,
             5 => BlockKind::Meta,
             6 => BlockKind::MetaIndirect,
+            7 => BlockKind::Value,
             _ => return None,
         })
     }

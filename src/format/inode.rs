@@ -5,15 +5,20 @@ use crate::{FsError, Result};
 
 pub const NDIRECT: usize = 12;
 
-/// `i_flags` bits that are Linux's inode flags (`FS_*_FL`, as chattr(1) sets them).
+/// `i_flags` bits (format 2). Linux's inode flags (`FS_*_FL`, as chattr(1) sets them) keep
+/// their Linux values at the low end; DualFS's own bits are taken from the high end.
 pub const FLAG_IMMUTABLE: u32 = 0x10;
 pub const FLAG_APPEND: u32 = 0x20;
 pub const FLAG_NODUMP: u32 = 0x40;
 pub const FLAG_NOATIME: u32 = 0x80;
 /// The flags FS_IOC_SETFLAGS may change.
 pub const CHATTR_FLAGS: u32 = FLAG_IMMUTABLE | FLAG_APPEND | FLAG_NODUMP | FLAG_NOATIME;
+/// The inode has extended attributes.
+pub const IFLAG_XATTRS: u32 = 1 << 31;
+/// At least one of them keeps its value in `VALUE` blocks.
+pub const IFLAG_XATTR_BLOCKS: u32 = 1 << 30;
 /// Every `i_flags` bit with a meaning; the checker reports (and fsck clears) the others.
-pub const KNOWN_INODE_FLAGS: u32 = CHATTR_FLAGS;
+pub const KNOWN_INODE_FLAGS: u32 = CHATTR_FLAGS | IFLAG_XATTRS | IFLAG_XATTR_BLOCKS;
 const CRC_OFF: usize = 252;
 const INLINE_OFF: usize = 112;
 

@@ -72,6 +72,7 @@ impl Superblock {
     }
 
     /// Decode and validate everything that can be checked without the other device.
+    /// A superblock of another format version is refused (`version_refusal`).
     pub fn decode(buf: &[u8]) -> Result<Superblock> {
         let bad = |d: String| FsError::corrupt("superblock", d);
         if buf.len() < SB_SIZE {
@@ -83,9 +84,7 @@ impl Superblock {
         }
         let version = get_u32(b, 8);
         if version != FORMAT_VERSION {
-            return Err(bad(format!(
-                "format version {version}, this program reads version {FORMAT_VERSION}"
-            )));
+            return Err(bad(version_refusal(version)));
         }
         if !check_crc(b, CRC_OFF) {
             return Err(bad("damaged DualFS superblock (checksum mismatch)".into()));
@@ -229,6 +228,24 @@ pub fn uuid_tag(uuid: &[u8; 16]) -> u64 {
     get_u64(uuid, 0)
 }
 
+/// Why a superblock of format `version` is refused: older images lack what this program
+/// writes (version 2 added extended attributes and their `VALUE` blocks), newer ones may hold
+/// what it cannot read. Neither is converted in place.
+pub fn version_refusal(version: u32) -> String {
+    if version < FORMAT_VERSION {
+        format!(
+            "format version {version} was written by an older DualFS; this program reads only \
+             version {FORMAT_VERSION} (which added extended attributes): copy the files off \
+             with the older program, make a new file system and copy them back"
+        )
+    } else {
+        format!(
+            "format version {version} is newer than this program, which reads only version \
+             {FORMAT_VERSION}: use a newer DualFS"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,3 +321,4 @@ mod tests {
         assert!(Superblock::decode(&sb.encode()).is_err());
     }
 }
+

@@ -9,7 +9,7 @@ use crate::format::NAME_MAX;
 use crate::{FsError, Result};
 
 /// Supplementary groups of a process, from /proc (empty when unknown).
-fn groups_of(pid: u32) -> Vec<u32> {
+pub(crate) fn groups_of(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -49,7 +49,15 @@ impl Fs {
             }
             self.truncate_locked(&e, size)?;
         }
+        // chmod of a file with an access ACL changes the ACL too (read before the gate).
+        let acl = match set.mode {
+            Some(m) => self.acl_for_chmod(&e, m)?,
+            None => None,
+        };
         let _g = self.gate.read();
+        if let Some(value) = acl {
+            self.store_chmod_acl(&e, value)?;
+        }
         let mut st = e.state.write();
         let now = Timespec::now();
         if let Some(m) = set.mode {

@@ -199,6 +199,8 @@ impl Fs {
         if kind == FileKind::Directory && pnlink >= LINK_MAX {
             return Err(FsError::Errno(libc::EMLINK));
         }
+        // The directory's default ACL, or else the caller's umask, limits the mode.
+        let (mode, inherited) = self.inherit_acl(caller, &pe, mode)?;
         let (ino, generation, group) = self.allocate_inode(pgroup, kind == FileKind::Directory)?;
         let setgid_dir = pmode & libc::S_ISGID != 0;
         let mut perm = mode & 0o7777;
@@ -255,6 +257,15 @@ impl Fs {
             self.ino_alloc.lock().give_back(ino);
             return Err(err);
         }
+        match self.store_inherited(ino, generation, &inherited) {
+            Ok(flags) => e.state.write().d.flags |= flags,
+            Err(err) => {
+                let _ = self.tree.remove(&self.nodes(), parent, name);
+                self.inodes.remove(ino);
+                self.ino_alloc.lock().give_back(ino);
+                return Err(err);
+            }
+        }
         if let Some(t) = &long_target {
             self.charge_log_blocks(
                 t.len()
@@ -291,7 +302,8 @@ impl Fs {
         Ok((e, attr))
     }
 
-    /// `mode` includes the file type bits; the caller already applied the umask.
+    /// `mode` includes the file type bits. The caller's umask applies unless the directory
+    /// has a default ACL (as for every node made: mkdir, create, symlink take neither).
     pub fn mknod(
         &self,
         caller: &Caller,
@@ -533,8 +545,7 @@ impl Fs {
         self.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
         self.entry_removed(&pe, false, now);
-        self.drop_link(&ce, now);
-        Ok(())
+        self.drop_link(&ce, now)
     }
 
     /// May `ce`'s name in `pe` go (unlink, rmdir, a rename away or over it)? Not if either is
@@ -563,7 +574,11 @@ impl Fs {
 
     /// One name of `ce` went away: count it, and free the inode when nothing uses it.
     /// (The caller holds `ce`'s op lock and the gate, with indirect blocks preloaded if last.)
-    pub(crate) fn drop_link(&self, ce: &Arc<InodeEntry>, now: crate::format::inode::DiskTime) {
+    pub(crate) fn drop_link(
+        &self,
+        ce: &Arc<InodeEntry>,
+        now: crate::format::inode::DiskTime,
+    ) -> Result<()> {
         let mut st = ce.state.write();
         let is_dir = st.d.mode & libc::S_IFMT == libc::S_IFDIR;
         st.d.nlink = if is_dir {
@@ -573,10 +588,12 @@ impl Fs {
         };
         st.d.ctime = now;
         if st.d.nlink == 0 && st.opens == 0 {
-            self.destroy(ce, &mut st);
-        } else {
-            self.mark_dirty(ce, &mut st);
+            let dropped = self.destroy(ce, &mut st);
+            drop(st);
+            return self.drop_attrs(dropped);
         }
+        self.mark_dirty(ce, &mut st);
+        Ok(())
     }
 
     pub fn rmdir(&self, caller: &Caller, parent: u64, name: &[u8]) -> Result<()> {
@@ -605,8 +622,7 @@ impl Fs {
         self.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
         self.entry_removed(&pe, true, now);
-        self.drop_link(&ce, now);
-        Ok(())
+        self.drop_link(&ce, now)
     }
 
     /// Open a directory. Like an open file, an open directory outlives its last name (rmdir,

@@ -134,7 +134,9 @@ impl Fs {
             let _g = self.gate.read();
             let mut st = e.state.write();
             if st.opens == 0 && st.d.nlink == 0 && !st.deleted {
-                self.destroy(&e, &mut st);
+                let dropped = self.destroy(&e, &mut st);
+                drop(st);
+                self.drop_attrs(dropped)?;
             }
         }
         Ok(())
@@ -229,7 +231,13 @@ impl Fs {
     /// Free everything an inode owns and the inode itself (the caller holds its op lock, the
     /// gate, and has preloaded its indirect blocks). The entry stays as a tombstone until the
     /// log writer has taken the free.
-    pub(crate) fn destroy(&self, e: &Arc<InodeEntry>, st: &mut InodeState) {
+    /// Free inode `e` (its state `st` locked). Its attributes go once the state lock is
+    /// released: pass what this returns to `drop_attrs`, still under the gate.
+    pub(crate) fn destroy(
+        &self,
+        e: &Arc<InodeEntry>,
+        st: &mut InodeState,
+    ) -> Option<super::xattr::DroppedAttrs> {
         // Only regular files own data blocks; a long symlink's pointers are log addresses.
         let freed = if st.d.mode & libc::S_IFMT == libc::S_IFREG {
             bmap::free_from(st, 0, self.ppb)
@@ -269,6 +277,7 @@ impl Fs {
         st.target_dirty = false;
         self.mark_dirty(e, st);
         self.ino_alloc.lock().hold(e.ino);
+        Fs::attrs_of_freed(e.ino, st)
     }
 
     /// Free an inode found with no links at mount (open-unlinked before a crash).
@@ -280,7 +289,9 @@ impl Fs {
         let mut st = e.state.write();
         if st.d.nlink == 0 && !st.deleted {
             log::info!("freeing orphan inode {ino}");
-            self.destroy(&e, &mut st);
+            let dropped = self.destroy(&e, &mut st);
+            drop(st);
+            self.drop_attrs(dropped)?;
         }
         Ok(())
     }

@@ -146,3 +146,21 @@ fn fallocate_and_copies_follow_the_flags() {
     fs.release(src.ino, sfh).unwrap();
     fs.unmount().unwrap();
 }
+
+#[test]
+fn extended_attributes_follow_the_flags() {
+    // As xattr_permission: neither an immutable nor an append-only file's attributes change.
+    let (_m, _d, fs) = fresh();
+    let (f, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    let flags = crate::fs::XattrFlags::default();
+    fs.setxattr(&U, f.ino, b"user.a", b"1", flags).unwrap();
+    for flag in [FLAG_APPEND, FLAG_IMMUTABLE] {
+        fs.set_inode_flags(&Caller::ROOT, f.ino, flag).unwrap();
+        eperm(fs.setxattr(&U, f.ino, b"user.b", b"2", flags));
+        eperm(fs.removexattr(&U, f.ino, b"user.a"));
+    }
+    fs.set_inode_flags(&Caller::ROOT, f.ino, 0).unwrap();
+    fs.removexattr(&U, f.ino, b"user.a").unwrap();
+    fs.unmount().unwrap();
+}

@@ -290,12 +290,13 @@ impl Fs {
                     encode_symlink_block(ino, index, &bytes, bs),
                     Vec::new(),
                 ),
+                // A tree node or a value block: its header says which.
                 Pending::Node { id, bytes } => (
                     Descriptor {
-                        kind: BlockKind::Node,
+                        kind: BlockKind::from_u8(bytes[4]).expect("encoded node kind"),
                         level: bytes[5],
                         owner: id,
-                        index: 0,
+                        index: crate::format::get_u64(&bytes, 24),
                     },
                     bytes,
                     Vec::new(),

@@ -6,6 +6,7 @@
 //! writer holds it exclusively only while it takes its snapshot. Reads and lookups never take
 //! the gate, and no lock they need is held across device I/O.
 
+pub mod acl;
 mod attr;
 mod blockcache;
 mod bmap;
@@ -23,11 +24,15 @@ mod rename;
 mod repair;
 mod seek;
 pub mod types;
+mod xattr;
 
 pub use copy::COPY_MAX;
 pub use mount::{check_pair, read_superblock};
 pub use seek::Whence;
 pub use types::*;
+pub use xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
+pub(crate) use acl::valid_acl;
+pub(crate) use xattr::{namespace as xattr_namespace, Namespace as XattrNamespace};
 
 use crate::betree::{BeTree, NodeLoader};
 use crate::device::BlockDevice;

@@ -225,7 +225,7 @@ impl Fs {
                     ns.d.nlink -= 1;
                     self.mark_dirty(&npe, &mut ns);
                 }
-                self.drop_link(d, now);
+                return self.drop_link(d, now);
             }
         }
         Ok(())

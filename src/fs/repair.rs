@@ -217,8 +217,48 @@ impl Fs {
         let _g = self.gate.read();
         let mut st = e.state.write();
         if !st.deleted {
-            self.destroy(&e, &mut st);
+            let dropped = self.destroy(&e, &mut st);
+            drop(st);
+            self.drop_attrs(dropped)?;
         }
+        Ok(())
+    }
+
+    /// Put an attribute record back under its key (a tree rebuild), its value stored anew.
+    pub(crate) fn repair_set_attr(&self, ino: u64, hash: u64, name: &[u8], value: &[u8]) -> Result<()> {
+        let _g = self.gate.read();
+        let key = crate::betree::Key::new(ino, hash, name);
+        self.tree.attr_set(&self.nodes(), key, ino, value, &[])
+    }
+
+    /// Remove the attribute record under (`ino`, `hash`, `name`), whatever inode it belongs
+    /// to, freeing the value blocks `free` (only those: a damaged record may name blocks that
+    /// are not its own).
+    pub(crate) fn repair_remove_attr(
+        &self,
+        ino: u64,
+        hash: u64,
+        name: &[u8],
+        free: &[u64],
+    ) -> Result<()> {
+        let _g = self.gate.read();
+        let key = crate::betree::Key::new(ino, hash, name);
+        self.tree.attr_remove(&self.nodes(), key, free)
+    }
+
+    /// Set inode `ino`'s attribute flags from the attributes of its generation.
+    pub(crate) fn repair_attr_flags(&self, ino: u64) -> Result<()> {
+        let e = self.inode(ino)?;
+        let _op = e.op.lock_arc();
+        let generation = e.state.read().d.generation;
+        let flags = self
+            .attr_list(crate::format::inode::IFLAG_XATTRS, ino, generation)?
+            .flags();
+        let bits = crate::format::inode::IFLAG_XATTRS | crate::format::inode::IFLAG_XATTR_BLOCKS;
+        let _g = self.gate.read();
+        let mut st = e.state.write();
+        st.d.flags = (st.d.flags & !bits) | flags;
+        self.mark_dirty(&e, &mut st);
         Ok(())
     }
 

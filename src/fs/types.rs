@@ -127,6 +127,9 @@ pub struct Caller {
     pub uid: u32,
     pub gid: u32,
     pub pid: u32,
+    /// The process's umask for the modes of new files: applied unless the directory has a
+    /// default ACL (which then limits the mode instead). 0 when the caller applied it.
+    pub umask: u32,
 }
 
 impl Caller {
@@ -134,7 +137,17 @@ impl Caller {
         uid: 0,
         gid: 0,
         pid: 0,
+        umask: 0,
     };
+}
+
+/// `setxattr` flags (XATTR_CREATE, XATTR_REPLACE).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XattrFlags {
+    /// Fail with EEXIST if the attribute exists.
+    pub create: bool,
+    /// Fail with ENODATA if it does not.
+    pub replace: bool,
 }
 
 /// A time to set: the current time, or a given one.

@@ -126,7 +126,8 @@ impl Tables {
                         self.ifile.add_live(seg, Ifile::INODE_BYTES, now)?;
                     }
                 }
-                BlockKind::Node => {
+                // A value block's id is a node id: the node map finds it too.
+                BlockKind::Node | BlockKind::Value => {
                     self.check_node(b.desc.owner)?;
                     let old = self.nodes.set(b.desc.owner, b.addr);
                     if old != 0 {

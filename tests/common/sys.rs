@@ -55,6 +55,10 @@ pub fn errno_name(e: i32) -> String {
         libc::ETXTBSY => "ETXTBSY",
         libc::EFBIG => "EFBIG",
         libc::ESTALE => "ESTALE",
+        libc::ENODATA => "ENODATA",
+        libc::ERANGE => "ERANGE",
+        libc::E2BIG => "E2BIG",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
         _ => "",
     };
     format!("{name}({e}: {})", io::Error::from_raw_os_error(e))
@@ -477,4 +481,121 @@ pub fn tick() {
 /// `makedev(3)`.
 pub fn makedev(major: u32, minor: u32) -> u64 {
     libc::makedev(major, minor) as u64
+}
+
+/// setxattr(2), or lsetxattr(2) with `nofollow`. `flags`: 0, XATTR_CREATE or XATTR_REPLACE.
+pub fn setxattr(
+    p: impl AsRef<Path>,
+    name: &str,
+    value: &[u8],
+    flags: i32,
+    nofollow: bool,
+) -> io::Result<()> {
+    let p = cstr(p.as_ref());
+    let n = CString::new(name).unwrap();
+    let r = unsafe {
+        let f = if nofollow {
+            libc::lsetxattr
+        } else {
+            libc::setxattr
+        };
+        f(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
+    cvt(r)
+}
+
+fn size_result(r: isize) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// getxattr(2) / lgetxattr(2) into a buffer of `size` bytes (0: the size probe, which
+/// returns the length and no bytes).
+pub fn getxattr_sized(
+    p: impl AsRef<Path>,
+    name: &str,
+    size: usize,
+    nofollow: bool,
+) -> io::Result<(usize, Vec<u8>)> {
+    let p = cstr(p.as_ref());
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; size];
+    let r = unsafe {
+        let f = if nofollow {
+            libc::lgetxattr
+        } else {
+            libc::getxattr
+        };
+        f(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size)
+    };
+    let len = size_result(r)?;
+    buf.truncate(len.min(size));
+    Ok((len, buf))
+}
+
+/// The whole value of attribute `name` (probe, then read).
+pub fn getxattr(p: impl AsRef<Path>, name: &str) -> io::Result<Vec<u8>> {
+    let (len, _) = getxattr_sized(p.as_ref(), name, 0, false)?;
+    Ok(getxattr_sized(p, name, len.max(1), false)?.1)
+}
+
+/// listxattr(2) / llistxattr(2) into a buffer of `size` bytes: (length, the names).
+pub fn listxattr_sized(
+    p: impl AsRef<Path>,
+    size: usize,
+    nofollow: bool,
+) -> io::Result<(usize, Vec<Vec<u8>>)> {
+    let p = cstr(p.as_ref());
+    let mut buf = vec![0u8; size];
+    let r = unsafe {
+        let f = if nofollow {
+            libc::llistxattr
+        } else {
+            libc::listxattr
+        };
+        f(p.as_ptr(), buf.as_mut_ptr().cast(), size)
+    };
+    let len = size_result(r)?;
+    buf.truncate(len.min(size));
+    let names = buf
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| n.to_vec())
+        .collect();
+    Ok((len, names))
+}
+
+/// The names of `p`'s attributes, sorted.
+pub fn listxattr(p: impl AsRef<Path>) -> io::Result<Vec<String>> {
+    let (len, _) = listxattr_sized(p.as_ref(), 0, false)?;
+    let mut names: Vec<String> = listxattr_sized(p, len.max(1), false)?
+        .1
+        .into_iter()
+        .map(|n| String::from_utf8(n).unwrap())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// removexattr(2) / lremovexattr(2).
+pub fn removexattr(p: impl AsRef<Path>, name: &str, nofollow: bool) -> io::Result<()> {
+    let p = cstr(p.as_ref());
+    let n = CString::new(name).unwrap();
+    let r = unsafe {
+        if nofollow {
+            libc::lremovexattr(p.as_ptr(), n.as_ptr())
+        } else {
+            libc::removexattr(p.as_ptr(), n.as_ptr())
+        }
+    };
+    cvt(r)
 }

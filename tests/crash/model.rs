@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ops::{pattern, Falloc, Op};
+use super::ops::{pattern, xattr_value, Falloc, Op};
 
 /// Block size of the crash harness's file systems.
 pub const BS: u64 = 4096;
@@ -30,6 +30,8 @@ pub struct Inode {
     pub body: Body,
     pub perm: u16,
     pub nlink: u32,
+    /// Extended attributes, by name.
+    pub attrs: BTreeMap<String, Vec<u8>>,
 }
 
 impl Inode {
@@ -95,6 +97,7 @@ impl Model {
                 body: Body::Dir(root),
                 perm: 0o755,
                 nlink: 3,
+                attrs: BTreeMap::new(),
             },
         );
         inodes.insert(
@@ -103,6 +106,7 @@ impl Model {
                 body: Body::Dir(BTreeMap::new()),
                 perm: 0o700,
                 nlink: 2,
+                attrs: BTreeMap::new(),
             },
         );
         Model {
@@ -165,7 +169,15 @@ impl Model {
         let id = self.next;
         self.next += 1;
         let nlink = if matches!(body, Body::Dir(_)) { 2 } else { 1 };
-        self.inodes.insert(id, Inode { body, perm, nlink });
+        self.inodes.insert(
+            id,
+            Inode {
+                body,
+                perm,
+                nlink,
+                attrs: BTreeMap::new(),
+            },
+        );
         id
     }
 
@@ -327,6 +339,24 @@ impl Model {
             } => self.fallocate(gi, path, *mode, *off, *len, writes),
             Op::Hold(p) => self.resolve(p).map(drop),
             Op::Persist(..) | Op::Release | Op::Clean | Op::Mount | Op::Unmount => Ok(()),
+            Op::SetXattr { path, name, len } => {
+                let id = self.resolve(path)?;
+                let ino = self.inodes.get_mut(&id).unwrap();
+                // user.* only on regular files and directories (the core follows Linux).
+                if name.starts_with("user.") && ino.kind() == Kind::Symlink {
+                    return Err(libc::EPERM);
+                }
+                ino.attrs.insert(name.clone(), xattr_value(gi, *len));
+                Ok(())
+            }
+            Op::RemoveXattr { path, name } => {
+                let id = self.resolve(path)?;
+                let ino = self.inodes.get_mut(&id).unwrap();
+                if name.starts_with("user.") && ino.kind() == Kind::Symlink {
+                    return Err(libc::EPERM);
+                }
+                ino.attrs.remove(name).map(drop).ok_or(libc::ENODATA)
+            }
         }
     }
 
@@ -519,6 +549,7 @@ impl Model {
                     target,
                     first_name: first[&id].clone(),
                     id,
+                    attrs: ino.attrs.clone(),
                 },
             );
         }
@@ -561,6 +592,8 @@ pub struct ViewEntry {
     pub first_name: String,
     /// Model inode id, or the real inode number.
     pub id: u64,
+    /// Extended attributes: name and value.
+    pub attrs: BTreeMap<String, Vec<u8>>,
 }
 
 impl PartialEq for ViewEntry {
@@ -571,6 +604,7 @@ impl PartialEq for ViewEntry {
             && self.size == o.size
             && self.target == o.target
             && self.first_name == o.first_name
+            && self.attrs == o.attrs
     }
 }
 
@@ -615,6 +649,10 @@ impl ViewEntry {
         }
         if self.kind != Kind::Dir && self.nlink > 1 {
             s += &format!(" (inode of /{})", self.first_name);
+        }
+        for (name, value) in &self.attrs {
+            let digest = value.iter().fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(b as u32));
+            s += &format!(" {name}={}b#{digest:08x}", value.len());
         }
         s
     }

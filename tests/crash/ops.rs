@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use dualfs::fs::{Caller, Fs, SetAttr};
+use dualfs::fs::{Caller, Fs, SetAttr, XattrFlags};
 use dualfs::FsError;
 
 use super::model::split;
@@ -84,6 +84,16 @@ pub enum Op {
     Mount,
     /// Clean unmount at the end (its checkpoint is part of the record).
     Unmount,
+    /// setxattr of `name` to `len` pattern bytes (inline up to 256 bytes, else value blocks).
+    SetXattr {
+        path: String,
+        name: String,
+        len: u64,
+    },
+    RemoveXattr {
+        path: String,
+        name: String,
+    },
 }
 
 /// The fallocate modes the workloads use.
@@ -170,6 +180,8 @@ impl fmt::Display for Op {
             Op::Clean => write!(f, "clean_pass"),
             Op::Mount => write!(f, "mount"),
             Op::Unmount => write!(f, "unmount"),
+            Op::SetXattr { path, name, len } => write!(f, "setxattr {path} {name} ({len} bytes)"),
+            Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
         }
     }
 }
@@ -334,7 +346,22 @@ pub fn exec(fs: &Fs, op: &Op, gi: usize, held: &mut Held) -> Result<(), i32> {
             .map_err(errno)
             .map(drop),
         Op::Mount | Op::Unmount => unreachable!("the runner mounts and unmounts"),
+        Op::SetXattr { path, name, len } => {
+            let ino = lookup_path(fs, path)?;
+            let value = xattr_value(gi, *len);
+            fs.setxattr(&WHO, ino, name.as_bytes(), &value, XattrFlags::default())
+                .map_err(errno)
+        }
+        Op::RemoveXattr { path, name } => {
+            let ino = lookup_path(fs, path)?;
+            fs.removexattr(&WHO, ino, name.as_bytes()).map_err(errno)
+        }
     }
+}
+
+/// The value operation `gi` sets.
+pub fn xattr_value(gi: usize, len: u64) -> Vec<u8> {
+    pattern_bytes(gi, 1 << 40, len)
 }
 
 fn write(fs: &Fs, gi: usize, path: &str, off: Option<u64>, len: u64) -> Result<(), i32> {

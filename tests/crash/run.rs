@@ -526,6 +526,16 @@ pub fn observe(fs: &Fs) -> Result<Observed, String> {
             let blocks = data_blocks(fs, a.ino, a.size).map_err(|x| e("lseek", p, x))?;
             data_blocks_of.insert(p.clone(), blocks);
         }
+        let mut attrs = BTreeMap::new();
+        let names = fs
+            .listxattr(&Caller::ROOT, a.ino)
+            .map_err(|x| e("listxattr", p, x))?;
+        for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            let value = fs
+                .getxattr(&Caller::ROOT, a.ino, name)
+                .map_err(|x| e("getxattr", p, x))?;
+            attrs.insert(String::from_utf8_lossy(name).into_owned(), value);
+        }
         view.entries.insert(
             p.clone(),
             ViewEntry {
@@ -536,6 +546,7 @@ pub fn observe(fs: &Fs) -> Result<Observed, String> {
                 target,
                 first_name: first[&a.ino].clone(),
                 id: a.ino,
+                attrs,
             },
         );
     }

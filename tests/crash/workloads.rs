@@ -149,6 +149,24 @@ fn ace_namespace_and_data_ops() -> Vec<Op> {
         };
         v.push(Op::Symlink { path: s(f), target });
     }
+    // Attributes (after the others, so that earlier indices name what they always did):
+    // inline, in value blocks, removed; on files and on a directory.
+    for f in ACE_FILES.iter().chain(&["A"]) {
+        v.push(Op::SetXattr {
+            path: s(f),
+            name: s("user.small"),
+            len: 24,
+        });
+        v.push(Op::SetXattr {
+            path: s(f),
+            name: s("trusted.large"),
+            len: 5000,
+        });
+        v.push(Op::RemoveXattr {
+            path: s(f),
+            name: s("user.small"),
+        });
+    }
     v
 }
 
@@ -161,7 +179,9 @@ fn main_path(op: &Op) -> String {
         | Op::Truncate { path, .. }
         | Op::Symlink { path, .. }
         | Op::Chmod { path, .. }
-        | Op::Fallocate { path, .. } => path.clone(),
+        | Op::Fallocate { path, .. }
+        | Op::SetXattr { path, .. }
+        | Op::RemoveXattr { path, .. } => path.clone(),
         Op::Link { to, .. } | Op::Rename { to, .. } => to.clone(),
         _ => String::new(),
     }
@@ -365,6 +385,9 @@ fn mixed_op(rng: &mut StdRng, r: u32, f: String) -> Op {
             Op::Release
         };
     }
+    if rng.gen_ratio(1, 10) {
+        return xattr_op(rng, f);
+    }
     match r {
         0..=9 => Op::Creat(f),
         10..=29 => Op::Write {
@@ -411,7 +434,25 @@ fn mixed_op(rng: &mut StdRng, r: u32, f: String) -> Op {
     }
 }
 
+/// An attribute change of `f`: a few names, values inline or in value blocks.
+fn xattr_op(rng: &mut StdRng, f: String) -> Op {
+    let name = s(["user.a", "user.b", "trusted.c"][rng.gen_range(0..3)]);
+    if rng.gen_bool(0.25) {
+        return Op::RemoveXattr { path: f, name };
+    }
+    let len = match rng.gen_range(0..4) {
+        0 => 0,
+        1 => rng.gen_range(1..257),
+        2 => rng.gen_range(257..9000),
+        _ => rng.gen_range(9000..65537),
+    };
+    Op::SetXattr { path: f, name, len }
+}
+
 fn churn_op(rng: &mut StdRng, r: u32, f: String) -> Op {
+    if rng.gen_ratio(1, 8) {
+        return xattr_op(rng, f);
+    }
     match r {
         0..=14 => Op::Creat(f),
         15..=24 => Op::Write {

@@ -21,6 +21,7 @@ pub const U: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: 0,
+    umask: 0,
 };
 
 pub struct Images {
@@ -244,7 +245,7 @@ pub fn zero_a_leaf_node(meta: &Path) -> usize {
             dev.read_at(&mut b, addr * bs).unwrap();
             match decode(&b, id).ok()?.body {
                 NodeBody::Leaf { entries } => Some((addr, entries.len())),
-                NodeBody::Internal { .. } => None,
+                NodeBody::Internal { .. } | NodeBody::Value { .. } => None,
             }
         })
         .collect();

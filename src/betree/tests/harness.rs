@@ -1,7 +1,7 @@
 //! A fake disk for nodes and a harness that runs the tree beside a `BTreeMap` model.
 
-use crate::betree::{BeTree, DirValue, NodeLoader, TreeStats};
-use crate::format::node::{name_hash, Key};
+use crate::betree::{BeTree, DirValue, NodeLoader, TreeStats, Value};
+use crate::format::node::{attr_range, name_hash, Key};
 use crate::{FsError, Result};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -88,6 +88,10 @@ impl MemLoader {
         self.blocks.lock().len()
     }
 
+    pub fn ids(&self) -> std::collections::BTreeSet<u64> {
+        self.blocks.lock().keys().copied().collect()
+    }
+
     pub fn loads(&self) -> u64 {
         self.loads.load(Ordering::Relaxed)
     }
@@ -109,6 +113,13 @@ pub struct Harness {
     pub tree: BeTree,
     pub disk: MemLoader,
     pub model: BTreeMap<(u64, u64, Vec<u8>), DirValue>,
+    /// Attributes by (inode, name), of the inode's current generation.
+    pub attrs: BTreeMap<(u64, Vec<u8>), Vec<u8>>,
+    /// Each inode's generation (bumped when all its attributes are dropped, as freeing an
+    /// inode does: a dropped range is never written again).
+    pub generations: HashMap<u64, u32>,
+    /// A range delete was applied (see `model::drain`).
+    pub ranges_used: bool,
     pub block_size: u32,
     pub cache_bytes: u64,
     pub hashing: Hashing,
@@ -120,6 +131,9 @@ impl Harness {
             tree: BeTree::new_empty(block_size, SEED, cache_bytes),
             disk: MemLoader::default(),
             model: BTreeMap::new(),
+            attrs: BTreeMap::new(),
+            generations: HashMap::new(),
+            ranges_used: false,
             block_size,
             cache_bytes,
             hashing,
@@ -208,14 +222,95 @@ impl Harness {
         );
     }
 
+    fn generation(&self, ino: u64) -> u32 {
+        self.generations.get(&ino).copied().unwrap_or(1)
+    }
+
+    /// Set attribute `name` of `ino` (replacing it, and freeing the blocks it had).
+    pub fn set_attr(&mut self, ino: u64, name: &[u8], value: Vec<u8>) {
+        let key = self.tree.attr_key(ino, self.generation(ino), name);
+        let old = self.tree.attr_get(&self.disk, &key).unwrap();
+        let replaced = old.as_ref().map(|a| a.ids().to_vec()).unwrap_or_default();
+        self.tree
+            .attr_set(&self.disk, key, ino, &value, &replaced)
+            .unwrap();
+        self.attrs.insert((ino, name.to_vec()), value);
+    }
+
+    pub fn remove_attr(&mut self, ino: u64, name: &[u8]) {
+        let key = self.tree.attr_key(ino, self.generation(ino), name);
+        let old = self.tree.attr_get(&self.disk, &key).unwrap();
+        let replaced = old.as_ref().map(|a| a.ids().to_vec()).unwrap_or_default();
+        self.tree.attr_remove(&self.disk, key, &replaced).unwrap();
+        self.attrs.remove(&(ino, name.to_vec()));
+    }
+
+    /// Drop every attribute of `ino` with one range message, as freeing the inode does.
+    pub fn drop_attrs(&mut self, ino: u64) {
+        let (lower, upper) = attr_range(ino, self.generation(ino));
+        let ids: Vec<u64> = self
+            .tree
+            .attr_scan(&self.disk, &lower, &upper)
+            .unwrap()
+            .iter()
+            .flat_map(|(_, a)| a.ids().to_vec())
+            .collect();
+        self.tree
+            .delete_range(&self.disk, lower, upper, &ids)
+            .unwrap();
+        self.attrs.retain(|(i, _), _| *i != ino);
+        *self.generations.entry(ino).or_insert(1) += 1;
+        self.ranges_used = true;
+    }
+
+    pub fn check_attr(&self, ino: u64, name: &[u8]) {
+        let key = self.tree.attr_key(ino, self.generation(ino), name);
+        let got = self.tree.attr_read(&self.disk, &key).unwrap();
+        assert_eq!(
+            got.as_deref(),
+            self.attrs.get(&(ino, name.to_vec())).map(|v| &v[..]),
+            "attribute {ino}/{}",
+            String::from_utf8_lossy(name)
+        );
+    }
+
+    /// The attributes of `ino` the tree lists must be the model's.
+    pub fn check_attr_scan(&self, ino: u64) {
+        let (lower, upper) = attr_range(ino, self.generation(ino));
+        let got: Vec<Vec<u8>> = self
+            .tree
+            .attr_scan(&self.disk, &lower, &upper)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k.name.to_vec())
+            .collect();
+        let mut got_sorted = got.clone();
+        got_sorted.sort();
+        let want: Vec<Vec<u8>> = self
+            .attrs
+            .keys()
+            .filter(|(i, _)| *i == ino)
+            .map(|(_, n)| n.clone())
+            .collect();
+        assert_eq!(got_sorted, want, "attributes of {ino}");
+    }
+
     /// Compare the whole tree with the model and run the checker.
     pub fn check_all(&self) -> TreeStats {
         let mut all = Vec::with_capacity(self.model.len());
+        let mut attrs = Vec::new();
         self.tree
-            .for_each(&self.disk, &mut |dir, hash, name, value| {
-                all.push(((dir, hash, name.to_vec()), value))
+            .for_each(&self.disk, &mut |dir, hash, name, value| match value {
+                Value::Entry(v) => all.push(((dir, hash, name.to_vec()), *v)),
+                Value::Attr(_) => attrs.push((dir, name.to_vec())),
             })
             .unwrap();
+        attrs.sort();
+        let want_attrs: Vec<(u64, Vec<u8>)> = self.attrs.keys().cloned().collect();
+        assert_eq!(attrs, want_attrs, "attributes listed differ from the model");
+        for (ino, name) in self.attrs.keys() {
+            self.check_attr(*ino, name);
+        }
         let want: Vec<_> = self.model.iter().map(|(k, v)| (k.clone(), *v)).collect();
         if all != want {
             let first_diff = all.iter().zip(&want).position(|(a, b)| a != b);
@@ -231,6 +326,23 @@ impl Harness {
 
     pub fn persist(&self) -> usize {
         self.disk.persist(&self.tree)
+    }
+
+    /// After a write-out the disk holds exactly the reachable nodes and the value blocks of
+    /// live attributes: nothing leaked, nothing freed too early.
+    pub fn check_no_leaks(&self) {
+        self.persist();
+        let mut want: std::collections::BTreeSet<u64> =
+            self.tree.check(&self.disk).unwrap().node_ids.into_iter().collect();
+        self.tree
+            .for_each(&self.disk, &mut |_, _, _, value| {
+                if let Value::Attr(a) = value {
+                    want.extend(a.ids().iter().copied());
+                }
+            })
+            .unwrap();
+        let have = self.disk.ids();
+        assert_eq!(have, want, "blocks on disk vs what the tree reaches");
     }
 
     /// Write everything out and start over from the disk with an empty cache.
@@ -265,6 +377,17 @@ pub fn name_of(i: u32) -> Vec<u8> {
     name.resize((name.len() + filler).min(255), byte);
     name
 }
+
+/// An attribute value of `len` bytes that differs for each salt.
+pub fn attr_value_of(len: usize, salt: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(salt) as u8)
+        .collect()
+}
+
+/// Attribute value lengths worth trying: empty, inline up to its limit with 4 KiB blocks,
+/// just past it, one block, several, and the largest.
+pub const ATTR_LENS: [usize; 8] = [0, 12, 256, 257, 4056, 4057, 20_000, 65536];
 
 pub fn value_of(i: u32, salt: u32) -> DirValue {
     DirValue {

@@ -320,7 +320,7 @@ fn internal_node_left_with_one_child_is_merged_away() {
                 entries: hashes
                     .map(|h| LeafEntry {
                         key: long(h),
-                        value: DirValue { ino: h, kind: 1 },
+                        value: crate::format::node::Value::Entry(DirValue { ino: h, kind: 1 }),
                     })
                     .collect(),
             },

@@ -49,6 +49,9 @@ pub enum FixClass {
     LinkCounts,
     /// Rebuild a damaged directory tree from the entries that can still be read.
     RebuildTree,
+    /// Remove extended attributes that belong to no inode, break Linux's rules, cannot be
+    /// read, or are past their inode's limits.
+    Attributes,
     /// Data bitmaps, group descriptors, segment usage, node map, where the log writes next,
     /// checkpoint figures.
     Tables,
@@ -67,6 +70,7 @@ impl FixClass {
                 | FixClass::FreeBadSymlinks
                 | FixClass::RemoveNames
                 | FixClass::RebuildTree
+                | FixClass::Attributes
         )
     }
 
@@ -114,6 +118,10 @@ impl FixClass {
             FixClass::Tables => {
                 "Rebuild data bitmaps, group descriptors, segment usage and the node map"
             }
+            FixClass::Attributes => {
+                "Remove extended attributes of free inodes, with names or values Linux never \
+                 stores there, whose value cannot be read, or past their inode's limits"
+            }
         }
     }
 }
@@ -157,7 +165,7 @@ impl Policy {
     }
 }
 
-pub const ALL: [FixClass; 17] = [
+pub const ALL: [FixClass; 18] = [
     FixClass::SuperblockCopies,
     FixClass::RestoreSuperblock,
     FixClass::OlderCheckpoint,
@@ -174,6 +182,7 @@ pub const ALL: [FixClass; 17] = [
     FixClass::FreeOrphans,
     FixClass::LinkCounts,
     FixClass::RebuildTree,
+    FixClass::Attributes,
     FixClass::Tables,
 ];
 
@@ -250,9 +259,23 @@ pub enum SessionFix {
     },
     /// Make the root directory again (inode 1, empty).
     MakeRoot,
-    /// Set the damaged tree aside for an empty one and insert the salvaged entries.
+    /// Set the damaged tree aside for an empty one and insert the salvaged entries and
+    /// attributes.
     RebuildTree {
         entries: Vec<crate::check::pass6_tree::Entry>,
+        attrs: Vec<crate::check::salvage::SalvagedAttr>,
+    },
+    /// Remove the attribute record under (`ino`, `hash`, `name`), freeing the value blocks
+    /// `free` (those the check found to be its own).
+    RemoveAttribute {
+        ino: u64,
+        hash: u64,
+        name: Vec<u8>,
+        free: Vec<u64>,
+    },
+    /// Set the inode's attribute flags from the attributes it has.
+    AttrFlags {
+        ino: u64,
     },
     MakeLostFound {
         name: Vec<u8>,
@@ -283,10 +306,12 @@ impl SessionFix {
             SessionFix::ClearPointer { .. } | SessionFix::ClearAllPointers { .. } => 0,
             SessionFix::SetSize { .. } | SessionFix::InodeFields { .. } => 1,
             SessionFix::Recount { .. } => 2,
-            SessionFix::RemoveEntry { .. } | SessionFix::RebuildTree { .. } => 3,
+            SessionFix::RemoveEntry { .. }
+            | SessionFix::RebuildTree { .. }
+            | SessionFix::RemoveAttribute { .. } => 3,
             SessionFix::MakeRoot | SessionFix::MakeLostFound { .. } => 4,
             SessionFix::InsertEntry { .. } => 5,
-            SessionFix::SetLinks { .. } => 6,
+            SessionFix::SetLinks { .. } | SessionFix::AttrFlags { .. } => 6,
             SessionFix::FreeInode { .. } => 7,
         }
     }
@@ -429,6 +454,66 @@ pub fn plan(findings: &[Finding], state: Option<&State>, policy: &Policy) -> Pla
     };
     plan_tables_and_files(findings, state, policy, &mut p);
     p
+}
+
+/// Attributes to remove, and attribute flags to set from what stays.
+fn plan_attributes(
+    findings: &[Finding],
+    ns: &crate::check::pass6_tree::Namespace,
+    good: &crate::check::pass2_inodes::InodeTable,
+    doomed: &BTreeSet<u64>,
+    want: &mut impl FnMut(FixClass, String) -> bool,
+    session: &mut Vec<Planned<SessionFix>>,
+) {
+    let mut flags: BTreeSet<u64> = BTreeSet::new();
+    for f in findings {
+        match f {
+            Finding::Attribute { ino, hash, name } => {
+                let m = format!(
+                    "inode {ino}: extended attribute '{}' removed",
+                    name.escape_ascii()
+                );
+                if !want(FixClass::Attributes, m.clone()) {
+                    continue;
+                }
+                let free = ns
+                    .attrs
+                    .iter()
+                    .find(|a| a.ino == *ino && a.hash == *hash && a.name == *name)
+                    .map(|a| a.ids.clone())
+                    .unwrap_or_default();
+                session.push(Planned {
+                    class: FixClass::Attributes,
+                    fix: SessionFix::RemoveAttribute {
+                        ino: *ino,
+                        hash: *hash,
+                        name: name.clone(),
+                        free,
+                    },
+                    message: m,
+                });
+                flags.insert(*ino);
+            }
+            Finding::AttrFlags { ino } => {
+                flags.insert(*ino);
+            }
+            _ => {}
+        }
+    }
+    for ino in flags {
+        // Inodes freed by this repair lose their attributes with them.
+        if doomed.contains(&ino) || !good.contains_key(&ino) {
+            continue;
+        }
+        let m = format!("inode {ino}: attribute flags set from its attributes");
+        if want(FixClass::Inodes, m.clone()) {
+            session.push(Planned {
+                class: FixClass::Inodes,
+                fix: SessionFix::AttrFlags { ino },
+                message: m,
+            });
+        }
+    }
 }
 
 fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p: &mut Plan) {
@@ -735,6 +820,7 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
                     class: FixClass::RebuildTree,
                     fix: SessionFix::RebuildTree {
                         entries: s.entries.clone(),
+                        attrs: s.attrs.clone(),
                     },
                     message: m,
                 });
@@ -792,6 +878,11 @@ fn plan_tables_and_files(findings: &[Finding], state: &State, policy: &Policy, p
                 }
             }
         }
+    }
+
+    // ---- Attributes (with a sound tree: a rebuilt one is checked again first).
+    if let (Some(ns), false) = (&state.namespace, tree_damaged) {
+        plan_attributes(findings, ns, good, &doomed, &mut want, &mut session);
     }
 
     // ---- Tables.

@@ -255,7 +255,7 @@ fn apply(
         SessionFix::Recount { ino } => fs.repair_recount(*ino),
         SessionFix::RemoveEntry { dir, hash, name } => fs.repair_remove_entry(*dir, *hash, name),
         SessionFix::MakeRoot => fs.repair_make_root(),
-        SessionFix::RebuildTree { entries } => {
+        SessionFix::RebuildTree { entries, attrs } => {
             // After the session's first checkpoint, which still holds the old tree: a crash
             // before the new one is written whole leaves the old one for the next fsck.
             fs.repair_reset_tree();
@@ -270,8 +270,22 @@ fn apply(
                     Err(_) => {}
                 }
             }
+            for a in attrs {
+                match fs.repair_set_attr(a.ino, a.hash, &a.name, &a.value) {
+                    Ok(()) => {}
+                    Err(err) if fs_failed(&err) => return Err(err),
+                    Err(_) => {}
+                }
+            }
             Ok(())
         }
+        SessionFix::RemoveAttribute {
+            ino,
+            hash,
+            name,
+            free,
+        } => fs.repair_remove_attr(*ino, *hash, name, free),
+        SessionFix::AttrFlags { ino } => fs.repair_attr_flags(*ino),
         SessionFix::MakeLostFound { name } => {
             *lost_found = Some(fs.repair_mkdir(ROOT_INO, name)?);
             Ok(())

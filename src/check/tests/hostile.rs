@@ -64,6 +64,12 @@ fn targets() -> &'static [Targets; 2] {
     })
 }
 
+/// `user::rw- user:1000:r-- group::r-- mask::r-- other::---`.
+const ACL: [u8; 44] = [
+    2, 0, 0, 0, 1, 0, 6, 0, 255, 255, 255, 255, 2, 0, 4, 0, 232, 3, 0, 0, 4, 0, 4, 0, 255, 255,
+    255, 255, 16, 0, 4, 0, 255, 255, 255, 255, 32, 0, 0, 0, 255, 255, 255, 255,
+];
+
 /// A small file system with one of everything, cleanly unmounted; and the same with
 /// transactions after the last checkpoint (a crash), so roll-forward has work.
 fn bases() -> &'static [(Vec<u8>, Vec<u8>); 2] {
@@ -87,12 +93,23 @@ fn bases() -> &'static [(Vec<u8>, Vec<u8>); 2] {
             fs.symlink(&U, ROOT, b"long", &[b'l'; 500]).unwrap();
             fs.mknod(&U, ROOT, b"fifo", libc::S_IFIFO | 0o644, 0)
                 .unwrap();
+            // Attributes: inline, in value blocks, an ACL, on a file freed later.
+            let root = crate::fs::Caller::ROOT;
+            let flags = crate::fs::XattrFlags::default();
+            fs.setxattr(&root, big, b"user.small", b"v", flags).unwrap();
+            fs.setxattr(&root, big, b"user.large", &[7u8; 9000], flags)
+                .unwrap();
+            fs.setxattr(&root, b, b"system.posix_acl_default", &ACL, flags)
+                .unwrap();
+            fs.setxattr(&root, a, b"trusted.t", &[1u8; 300], flags).unwrap();
             fs.sync().unwrap();
             for i in (0..20u64).step_by(3) {
                 fs.unlink(&U, b, format!("f{i}").as_bytes()).unwrap();
             }
             let (o, fh) = fs.create(&U, ROOT, b"open", 0o644, libc::O_RDWR).unwrap();
             fs.write(o.ino, fh, 0, &[1u8; 5000]).unwrap();
+            fs.setxattr(&crate::fs::Caller::ROOT, o.ino, b"user.o", &[2u8; 5000], Default::default())
+                .unwrap();
             fs.unlink(&U, ROOT, b"open").unwrap();
             // Unwritten pointers, and indirect blocks past the end of a file.
             super::clean::unwritten_work(fs);
@@ -348,10 +365,10 @@ fn damage(seed: u64) -> (Vec<u8>, Vec<u8>, String) {
                     }
                     let slot = rng.gen_range(1..bs / INODE_SIZE);
                     let offs = [
-                        0usize, 8, 12, 24, 32, 40, 96, 108, 112, 120, 200, 208, 216, 224, 232,
+                        0usize, 8, 12, 24, 28, 32, 40, 96, 108, 112, 120, 200, 208, 216, 224, 232,
                     ];
                     let off = offs[rng.gen_range(0..offs.len())];
-                    let width = if [8, 12, 24, 108].contains(&off) {
+                    let width = if [8, 12, 24, 28, 108].contains(&off) {
                         4
                     } else {
                         8
@@ -444,6 +461,14 @@ fn walk(fs: &Fs) {
             let Ok(attr) = fs.getattr(e.ino) else {
                 continue;
             };
+            let root = crate::fs::Caller::ROOT;
+            if let Ok(names) = fs.listxattr(&root, e.ino) {
+                for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()).take(20) {
+                    let _ = fs.getxattr_len(&root, e.ino, name);
+                    let _ = fs.getxattr(&root, e.ino, name);
+                }
+            }
+            let _ = fs.getxattr(&root, e.ino, b"security.capability");
             match attr.kind {
                 FileKind::Directory if dirs.len() < 200 => dirs.push(e.ino),
                 FileKind::Regular => {

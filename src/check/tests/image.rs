@@ -22,6 +22,7 @@ pub const U: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: 0,
+    umask: 0,
 };
 
 /// Where the directory entries come from.

@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod image;
+mod attributes;
 mod clean;
 mod corruption;
 mod crashes;

@@ -18,7 +18,7 @@ use crate::fs::{FileKind, Fs, MountOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-fn run_repair(img: &Image, policy: Policy) -> RepairOutcome {
+pub(super) fn run_repair(img: &Image, policy: Policy) -> RepairOutcome {
     let meta: Arc<dyn BlockDevice> = img.meta.clone();
     let data: Arc<dyn BlockDevice> = img.data.clone();
     let opts = RepairOptions {
@@ -68,7 +68,7 @@ fn walk(fs: &Fs) -> Vec<(String, u64, FileKind)> {
 /// check run afresh is clean, and the file system mounts and can be walked whole (and is
 /// clean again after that mount). Returns the outcome and the walk.
 #[track_caller]
-fn repaired(img: &Image) -> (RepairOutcome, Vec<(String, u64, FileKind)>) {
+pub(super) fn repaired(img: &Image) -> (RepairOutcome, Vec<(String, u64, FileKind)>) {
     let out = run_repair(img, Policy::all());
     assert!(!out.first.is_clean(), "nothing to repair:\n{}", out.first);
     assert!(

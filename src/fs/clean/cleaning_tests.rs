@@ -18,6 +18,7 @@ const U: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: 0,
+    umask: 0,
 };
 const BS: u64 = 4096;
 

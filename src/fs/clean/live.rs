@@ -67,7 +67,8 @@ impl Fs {
                             scan.items.push((a, Live::Inode { ino, slot }));
                         }
                     }
-                    BlockKind::Node => {
+                    // Value blocks are named by node ids too, and move the same way.
+                    BlockKind::Node | BlockKind::Value => {
                         if self.tables.lock().nodes.get(d.owner) == a {
                             scan.items.push((a, Live::Node { id: d.owner }));
                         }
