@@ -10,6 +10,7 @@ const U: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: 0,
+    umask: 0,
 };
 
 fn eperm<T: std::fmt::Debug>(r: Result<T>) {

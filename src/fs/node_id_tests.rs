@@ -9,6 +9,7 @@ const U: Caller = Caller {
     uid: 1000,
     gid: 1000,
     pid: 0,
+    umask: 0,
 };
 
 /// A fresh file system on memory devices (the devices too, for remounts).
