@@ -640,7 +640,10 @@ fn preallocation_over_freed_data_reads_zeros_after_kill_9() {
     let p = fs.join("pre");
     let f = rw(&p);
     let len = (bfree(&fs) - spare) * BS;
-    assert!(len / BS >= secret_blocks, "the deleted file's blocks are free");
+    assert!(
+        len / BS >= secret_blocks,
+        "the deleted file's blocks are free"
+    );
     let grown = len / 2 / BS * BS;
     fallocate(&f, 0, 0, grown).unwrap();
     fallocate(&f, KEEP, grown, len - grown).unwrap();

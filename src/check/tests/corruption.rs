@@ -774,3 +774,29 @@ fn written_blocks_past_the_end_of_the_file() {
     );
     assert_errors_only_in(&r, &[BLOCK_MAPS]);
 }
+
+/// An unwritten pointer owns its block like a written one: naming another file's block is a
+/// shared block (and the block it named is leaked); reading it shows zeros, not their bytes.
+#[test]
+fn unwritten_pointer_to_another_files_block() {
+    let (img, punched, zeroed, theirs) = super::clean::unwritten_pointer_to_anothers_block();
+    let r = img.check(Mode::Listed);
+    assert_error(
+        &r,
+        BLOCK_MAPS,
+        &format!(
+            "data block {theirs} is used 2 times: by inode {punched} (file block 0), inode \
+             {zeroed} (file block 6)"
+        ),
+    );
+    assert_error(&r, DATA_BITMAPS, "leaked");
+    assert_errors_only_in(&r, &[BLOCK_MAPS, DATA_BITMAPS]);
+    let fs = img.mount();
+    let fh = fs.open(&U, zeroed, libc::O_RDONLY).unwrap();
+    assert_eq!(
+        fs.read(zeroed, fh, 6 * 4096, 4096).unwrap(),
+        vec![0u8; 4096]
+    );
+    fs.release(zeroed, fh).unwrap();
+    fs.unmount().unwrap();
+}
