@@ -617,3 +617,66 @@ fn preallocated_and_punched_files_survive_remount_and_kill_9() {
     s.hole(&f, 0, Ok(3 * BS));
     s.data(&f, 3 * BS, Ok(27 * BS));
 }
+
+/// Preallocated blocks that held a deleted file's bytes read as zeros through the mount, and
+/// still after kill -9: whether the preallocation grew the file (mode 0) or lay past its end
+/// (KEEP_SIZE, then a truncate up), and around a partial write made after the restart.
+#[test]
+fn preallocation_over_freed_data_reads_zeros_after_kill_9() {
+    dualfs_only!();
+    let mut fs = TestFs::builder().sizes(64 << 20, 16 << 20).mount();
+    // Nonzero bytes over all but 64 of the free blocks, durable, then deleted durably.
+    let old = fs.join("old");
+    let spare = 64;
+    let secret_blocks = bfree(&fs) - spare;
+    let f = rw(&old);
+    f.write_all_at(&vec![0xA5; (secret_blocks * BS) as usize], 0)
+        .unwrap();
+    fsync(&f).unwrap();
+    drop(f);
+    unlink(&old).unwrap();
+    fsync_dir(fs.path());
+    // Preallocate all but 64 free blocks: at least secret_blocks - 64 of them held the bytes.
+    let p = fs.join("pre");
+    let f = rw(&p);
+    let len = (bfree(&fs) - spare) * BS;
+    assert!(
+        len / BS >= secret_blocks,
+        "the deleted file's blocks are free"
+    );
+    let grown = len / 2 / BS * BS;
+    fallocate(&f, 0, 0, grown).unwrap();
+    fallocate(&f, KEEP, grown, len - grown).unwrap();
+    f.write_all_at(b"before the kill", 12_345).unwrap();
+    fsync(&f).unwrap();
+    assert!(bfree(&fs) <= 2 * spare, "{} blocks free", bfree(&fs));
+    drop(f);
+    fs.kill_daemon_hard();
+    fs.mount();
+    let nonzero_but = |skip: &[(u64, usize)]| {
+        let all = read_all(&p);
+        let skipped = |i: u64| skip.iter().any(|&(at, n)| (at..at + n as u64).contains(&i));
+        all.iter()
+            .enumerate()
+            .filter(|&(i, &b)| b != 0 && !skipped(i as u64))
+            .count()
+    };
+    assert_eq!(fs::metadata(&p).unwrap().len(), grown);
+    let mut written = vec![(12_345, 15)];
+    assert_eq!(nonzero_but(&written), 0, "old bytes in the preallocation");
+    assert_eq!(&read_all(&p)[12_345..12_360], b"before the kill");
+    // Over the blocks past the end, and into the middle of one of them.
+    let f = rw(&p);
+    f.set_len(len).unwrap();
+    let at = grown + 3 * BS + 100;
+    f.write_all_at(b"after", at).unwrap();
+    written.push((at, 5));
+    fsync(&f).unwrap();
+    assert_eq!(blocks(&f), len / BS, "the writes took no new block");
+    drop(f);
+    assert_eq!(nonzero_but(&written), 0, "old bytes past the old end");
+    fs.remount();
+    assert_eq!(fs::metadata(&p).unwrap().len(), len);
+    assert_eq!(nonzero_but(&written), 0, "old bytes after the remount");
+    assert_eq!(&read_all(&p)[at as usize..at as usize + 5], b"after");
+}

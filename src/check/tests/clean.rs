@@ -307,3 +307,17 @@ in_both_modes!(
         assert_eq!(r.stats.data_blocks_used, 861, "{r}");
     }
 );
+
+/// `unwritten_image` with `zeroed`'s unwritten block 6 pointed at `punched`'s written block
+/// 0: (punched, zeroed, that block).
+pub fn unwritten_pointer_to_anothers_block() -> (Image, u64, u64, u64) {
+    let img = unwritten_image();
+    let (punched, zeroed) = (img.ino("punched"), img.ino("zeroed"));
+    let theirs = super::damage::inode(&img, punched).direct[0];
+    assert!(theirs != 0 && theirs & crate::format::bmap::UNWRITTEN == 0);
+    super::damage::rewrite_inode(&img, zeroed, |d| {
+        assert!(d.direct[6] & crate::format::bmap::UNWRITTEN != 0);
+        d.direct[6] = crate::format::bmap::unwritten(theirs);
+    });
+    (img, punched, zeroed, theirs)
+}

@@ -255,17 +255,24 @@ fn two_files_share_a_data_block() {
     let shared = inode(&img, double).direct[0];
     rewrite_inode(&img, five, |d| d.direct[0] = shared);
     let r = img.check(Mode::Listed);
-    let (first, second) = (double.min(five), double.max(five));
+    // Five's own first block is now leaked.
+    assert_shared_and_leaked(&r, shared, (double.min(five), 0), (double.max(five), 0));
+}
+
+/// Data block `block` is reported used by `first` and `second` (inode, file block), and some
+/// block leaked.
+#[track_caller]
+fn assert_shared_and_leaked(r: &Report, block: u64, first: (u64, u64), second: (u64, u64)) {
     assert_error(
-        &r,
+        r,
         BLOCK_MAPS,
         &format!(
-            "data block {shared} is used 2 times: by inode {first} (file block 0), inode \
-             {second} (file block 0)"
+            "data block {block} is used 2 times: by inode {} (file block {}), inode {} (file \
+             block {})",
+            first.0, first.1, second.0, second.1
         ),
     );
-    // Five's own first block is now leaked.
-    assert_error(&r, DATA_BITMAPS, "leaked");
+    assert_error(r, DATA_BITMAPS, "leaked");
 }
 
 #[test]
@@ -773,4 +780,22 @@ fn written_blocks_past_the_end_of_the_file() {
         &format!("inode {ino}: file block 5 is mapped (data block"),
     );
     assert_errors_only_in(&r, &[BLOCK_MAPS]);
+}
+
+/// An unwritten pointer owns its block like a written one: naming another file's block is a
+/// shared block (and the block it named is leaked); reading it shows zeros, not their bytes.
+#[test]
+fn unwritten_pointer_to_another_files_block() {
+    let (img, punched, zeroed, theirs) = super::clean::unwritten_pointer_to_anothers_block();
+    let r = img.check(Mode::Listed);
+    assert_shared_and_leaked(&r, theirs, (punched, 0), (zeroed, 6));
+    assert_errors_only_in(&r, &[BLOCK_MAPS, DATA_BITMAPS]);
+    let fs = img.mount();
+    let fh = fs.open(&U, zeroed, libc::O_RDONLY).unwrap();
+    assert_eq!(
+        fs.read(zeroed, fh, 6 * 4096, 4096).unwrap(),
+        vec![0u8; 4096]
+    );
+    fs.release(zeroed, fh).unwrap();
+    fs.unmount().unwrap();
 }

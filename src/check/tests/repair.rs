@@ -1138,3 +1138,21 @@ fn written_block_past_the_end_grows_the_file() {
     assert!(d.direct[6] & UNWRITTEN != 0);
     assert_eq!(d.blocks, 601);
 }
+
+/// The second owner of a shared block loses its pointer also when that pointer is unwritten;
+/// the written owner keeps its block and its bytes.
+#[test]
+fn unwritten_pointer_to_another_files_block_is_cleared() {
+    let (img, punched, zeroed, theirs) = super::clean::unwritten_pointer_to_anothers_block();
+    let (out, _) = repaired(&img);
+    assert_done(&out, &format!("inode {zeroed}: direct pointer 6 cleared"));
+    assert_done(&out, "data bitmaps and group descriptors rebuilt");
+    assert_eq!(inode(&img, punched).direct[0], theirs);
+    let d = inode(&img, zeroed);
+    assert_eq!((d.direct[6], d.blocks), (0, 19));
+    let fs = img.mount();
+    let fh = fs.open(&U, punched, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(punched, fh, 0, BS as u32).unwrap(), vec![2u8; 4096]);
+    fs.release(punched, fh).unwrap();
+    fs.unmount().unwrap();
+}
