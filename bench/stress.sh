@@ -49,11 +49,13 @@ stressors=(
 cmd=(stress-ng --temp-path "$mnt/work" --timeout "${SECONDS_TO_RUN}s" --metrics-brief "${stressors[@]}")
 bench_log "stress: ${cmd[*]}"
 fail=0
+stress_start=$(date -u +%H:%M:%S)
 "${cmd[@]}" >"$dir/stress.log" 2>&1 && stress_rc=0 || stress_rc=$?
+stress_end=$(date -u +%H:%M:%S)
 "$BIN/dualfs" umount "$mnt"
 _bench_forget_mount "$mnt"
 
-errors=$(grep -Ei 'fail|error|errno|stale|unsuccessful' "$dir/stress.log" | grep -v 'successful run completed' || true)
+errors=$(grep -Ei 'fail|error|errno|stale|unsuccessful' "$dir/stress.log" | grep -v '\] successful run completed' || true)
 estale=$(grep -ci 'stale file handle\|estale' "$dir/stress.log" || true)
 # fuser answers FUSE_INTERRUPT with ENOSYS; when the interrupted request was answered first, the
 # kernel no longer knows it and refuses that reply with ENOENT, which fuser logs as an error.
@@ -71,6 +73,10 @@ echo "== error lines in stress-ng's output: $(printf '%s' "$errors" | grep -c . 
 [ -n "$errors" ] && { printf '%s\n' "$errors"; fail=1; }
 echo "== daemon warnings: $(printf '%s' "$warnings" | grep -c . || true)" \
     "(besides $late_replies refused replies to FUSE_INTERRUPT) =="
+if [ "$late_replies" != 0 ]; then
+    echo "refused replies at (UTC): $(grep "$late" "$dir/dualfs.log" | grep -o 'T[0-9:]*' | tr -d T |
+        sort | uniq -c | tr -s ' ' | paste -sd,); stress-ng ran $stress_start to $stress_end"
+fi
 [ -n "$warnings" ] && { printf '%s\n' "$warnings" | head -20; fail=1; }
 echo "== fsck-dualfs -f -n: exit status $fsck_rc =="
 printf '%s\n' "$fsck_out" | tail -5
