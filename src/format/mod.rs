@@ -15,7 +15,7 @@ pub mod superblock;
 pub use header::{BlockHeader, BlockKind, HEADER_SIZE};
 
 /// On-disk format version written and accepted.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of an inode record.
 pub const INODE_SIZE: usize = 256;
 /// Smallest and largest block sizes.
