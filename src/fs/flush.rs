@@ -327,8 +327,17 @@ impl Fs {
     }
 
     pub(crate) fn checkpoint_locked(&self, fl: &mut FlushState, clean: bool) -> Result<()> {
+        self.checkpoint_written(fl, clean).map(|_| ())
+    }
+
+    /// `checkpoint_locked`, saying which meta blocks the checkpoint wrote.
+    pub(crate) fn checkpoint_written(
+        &self,
+        fl: &mut FlushState,
+        clean: bool,
+    ) -> Result<Vec<crate::log::checkpoint::Item>> {
         if self.opts.read_only {
-            return Ok(());
+            return Ok(Vec::new());
         }
         self.flush_locked(fl)?;
         let result = (|| {
@@ -349,11 +358,12 @@ impl Fs {
                     .forget(|a| freed.contains(&self.sb.segment_of(a)));
             }
             let blocks = prepared.log_blocks();
+            let items = prepared.items.clone();
             finish_checkpoint(&self.sb, &*self.meta, &mut fl.writer, prepared)
-                .map(|cp| (cp, blocks))
+                .map(|cp| (cp, blocks, items))
         })();
         match result {
-            Ok((cp, blocks)) => {
+            Ok((cp, blocks, items)) => {
                 fl.ckpt_serial = cp.serial;
                 fl.segments_since_ckpt = 0;
                 fl.last_ckpt = Instant::now();
@@ -361,7 +371,7 @@ impl Fs {
                 s.checkpoints += 1;
                 s.log_blocks_written += blocks;
                 s.checkpoint_blocks_written += blocks;
-                Ok(())
+                Ok(items)
             }
             Err(e) => {
                 if !matches!(e, FsError::Errno(libc::ENOSPC)) {
