@@ -181,7 +181,7 @@ fn sustained_churn_at_80_percent_of_the_metadata_device() {
         s.clean,
         s.counters.segments_cleaned,
         s.counters.passes,
-        s.counters.emergency_passes,
+        s.counters.write_path_passes,
         s.write_cost,
         s.counters.enospc
     );

@@ -468,8 +468,13 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
         human(s.live_limit_bytes)
     ));
     line(format!(
-        "cleaned:          {} segments in {} passes ({} in the write path), {} live blocks moved",
-        c.segments_cleaned, c.passes, c.emergency_passes, c.live_moved
+        "cleaned:          {} segments in {} passes, {} live blocks moved",
+        c.segments_cleaned, c.passes, c.live_moved
+    ));
+    line(format!(
+        "passes by whom:   {} in an operation's write path, {} by the mount's thread, {} asked \
+         for (cleaner daemon, --once)",
+        c.write_path_passes, c.background_passes, c.requested_passes
     ));
     line(format!(
         "cleaning wrote:   {}, freed {}",

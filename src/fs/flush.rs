@@ -75,9 +75,10 @@ impl Fs {
         }
         let result = self.write_transaction(fl);
         if let Err(e) = &result {
+            self.cleaner.counts.writing.store(0, Ordering::Release);
             if !matches!(e, FsError::Errno(libc::ENOSPC)) {
                 log::error!("log write failed, no further writes: {e}");
-                *self.failed.lock() = Some(e.to_string());
+                self.set_failed(e.to_string());
             }
         }
         result
@@ -139,11 +140,26 @@ impl Fs {
         let nblocks = n_ptr + n_sym + n_nodes + n_inodes.div_ceil(per_block);
         let max_records = n_records + n_ptr + n_sym + self.tree.freed_count();
         let plan = fl.writer.plan(&self.tables.lock(), nblocks, max_records)?;
+        // From the snapshot until the tables show it, admission counts the transaction here.
+        let planned: u64 = plan
+            .parts
+            .iter()
+            .map(|p| p.summary_blocks as u64 + p.nblocks as u64)
+            .sum();
+        self.cleaner
+            .counts
+            .writing
+            .store(planned, Ordering::Release);
 
         // From here on the snapshot is taken: nothing may fail until it is written.
         self.snap_seq.store(seq, Ordering::Release);
         self.cleaner.snapshot_taken();
-        self.dirty.lock().clear();
+        {
+            let mut dirty = self.dirty.lock();
+            dirty.clear();
+            self.cleaner.counts.dirty_inodes.store(0, Ordering::Release);
+            self.cleaner.counts.tombstones.store(0, Ordering::Release);
+        }
         let mut addrs = plan.addrs.iter().copied();
         let mut pending = Vec::with_capacity(nblocks);
         let mut dead = Vec::new();
@@ -235,7 +251,7 @@ impl Fs {
             addrs.next().is_none(),
             "plan has more blocks than the snapshot"
         );
-        let mut records = std::mem::take(&mut *self.records.lock());
+        let mut records = self.records.take();
         records.extend(
             runs(dead)
                 .into_iter()
@@ -301,6 +317,8 @@ impl Fs {
             let mut t = self.tables.lock();
             t.apply(&placed, &records, now_secs())?;
             fl.writer.commit(&mut t, &plan);
+            self.tables_changed(&t);
+            self.cleaner.counts.writing.store(0, Ordering::Release);
         }
         self.durable_seq.store(seq, Ordering::Release);
         self.tree.written(&node_ids);
@@ -348,7 +366,9 @@ impl Fs {
                     next_node_id: self.tree.next_node_id(),
                     clean,
                 };
-                prepare_checkpoint(&self.sb, &mut fl.writer, &mut t, info)?
+                let prepared = prepare_checkpoint(&self.sb, &mut fl.writer, &mut t, info);
+                self.tables_changed(&t);
+                prepared?
             };
             // Nothing may be written into a segment this checkpoint frees before the flush
             // lock is released, so its blocks can leave the cache now.
@@ -376,7 +396,7 @@ impl Fs {
             Err(e) => {
                 if !matches!(e, FsError::Errno(libc::ENOSPC)) {
                     log::error!("checkpoint failed, no further writes: {e}");
-                    *self.failed.lock() = Some(e.to_string());
+                    self.set_failed(e.to_string());
                 }
                 Err(e)
             }

@@ -136,7 +136,7 @@ impl Fs {
         let free: Vec<u64> = tables.ifile.free.iter().copied().collect();
         let next_new = tables.ifile.imap.len() as u64;
         let writer = LogWriter::new(sb.clone(), meta.clone(), head);
-        Fs {
+        let fs = Fs {
             ppb: pointers_per_block(sb.block_size) as u64,
             tables: Mutex::new(tables),
             tree,
@@ -147,7 +147,7 @@ impl Fs {
             ino_alloc: Mutex::new(InoAllocator::new(free, next_new)),
             gate: RwLock::new(()),
             dirty: Mutex::new(HashMap::new()),
-            records: Mutex::new(Vec::new()),
+            records: super::records::RecordLog::new(sb.blocks_per_group, sb.block_size),
             flusher: Mutex::new(FlushState {
                 writer,
                 ckpt_serial: head.ckpt_serial,
@@ -158,6 +158,7 @@ impl Fs {
             durable_seq: AtomicU64::new(0),
             data_dirty: AtomicBool::new(false),
             failed: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -172,7 +173,9 @@ impl Fs {
             meta,
             data,
             opts,
-        }
+        };
+        fs.tables_changed(&fs.tables.lock());
+        fs
     }
 
     /// Open a formatted pair of devices: check superblocks and pairing, load the newest

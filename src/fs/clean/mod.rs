@@ -29,6 +29,7 @@ use std::time::Instant;
 mod bound;
 use bound::*;
 mod live;
+mod room;
 mod space;
 
 /// Clean segments deletes may use below the writers' reserve.
@@ -56,12 +57,13 @@ pub(crate) struct CleanerState {
     daemons: AtomicU64,
     /// One attempt to make room at a time.
     room: Mutex<()>,
-    /// (clean segments, live bytes) when making room last failed: until one changes, another
-    /// attempt would fail the same way.
-    futile: Mutex<Option<(u64, u64)>>,
-    /// Live bytes of the log, with the (durable snapshot, checkpoint count) they were added
-    /// up at: they change only when a transaction is applied or a checkpoint written.
-    live_cache: Mutex<Option<(u64, u64, u64)>>,
+    /// (clean segments, live bytes, deletes admitted) when making room last failed: until one
+    /// changes, another attempt would fail the same way.
+    futile: Mutex<Option<(u64, u64, u64)>>,
+    /// Deletes admitted so far: each may make cleaning worth it again.
+    deletes: AtomicU64,
+    /// The figures admission reads without a lock.
+    pub(crate) counts: room::RoomCounts,
 }
 
 impl CleanerState {
@@ -77,7 +79,8 @@ impl CleanerState {
             daemons: AtomicU64::new(0),
             room: Mutex::new(()),
             futile: Mutex::new(None),
-            live_cache: Mutex::new(None),
+            deletes: AtomicU64::new(0),
+            counts: room::RoomCounts::default(),
         }
     }
 
@@ -85,6 +88,26 @@ impl CleanerState {
     pub(crate) fn snapshot_taken(&self) {
         self.charged.store(0, Ordering::Release);
     }
+}
+
+/// What a pass must gain to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gain {
+    /// A whole clean segment more than its writes can take, now.
+    Segment,
+    /// More blocks freed than written.
+    Blocks,
+}
+
+/// Who runs a pass (they are counted apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PassOrigin {
+    /// An operation short of room, in its write path.
+    WritePath,
+    /// The mount's background thread, by its thresholds.
+    Background,
+    /// Asked for: the control socket (dualfs-cleaner), tests.
+    Requested,
 }
 
 /// What an operation is, for admission.
@@ -214,16 +237,13 @@ struct Geometry {
 }
 
 impl Fs {
-    pub(super) fn emergency_pass(&self) -> Result<PassReport> {
+    /// A pass in an operation's write path: greedy, enough to get writers going again and
+    /// not more (they wait for it). `gain` says what it must gain to run.
+    pub(super) fn write_path_pass(&self, gain: Gain) -> Result<PassReport> {
         let _one = self.cleaning.lock();
-        // Enough to get writers going again, not more: they wait for it.
         let max = self.space().reserve;
         let victims = self.choose_victims(Policy::Greedy, max as usize * 2);
-        let r = self.run_pass(victims, max, true)?;
-        if !r.cleaned.is_empty() {
-            self.cleaner.counters.lock().emergency_passes += 1;
-        }
-        Ok(r)
+        self.run_pass(victims, max, gain, PassOrigin::WritePath)
     }
 
     // ------------------------------------------------------------------------------------
@@ -242,19 +262,29 @@ impl Fs {
         )
     }
 
-    /// Clean up to `max` segments chosen by `policy`, then checkpoint so they become reusable.
+    /// Clean up to `max` segments chosen by `policy`, then checkpoint so they become reusable
+    /// (a pass asked for: the control socket, tests).
     pub fn clean_pass(&self, policy: Policy, max: usize) -> Result<PassReport> {
+        self.clean_pass_for(policy, max, PassOrigin::Requested)
+    }
+
+    fn clean_pass_for(&self, policy: Policy, max: usize, origin: PassOrigin) -> Result<PassReport> {
         self.writable()?;
         let _one = self.cleaning.lock();
         let victims = self.choose_victims(policy, max.saturating_mul(2));
-        self.run_pass(victims, max as u64, false)
+        self.run_pass(victims, max as u64, Gain::Blocks, origin)
     }
 
     /// Clean exactly these segments (as far as they can be: the others are refused, with why).
     pub fn clean_segments(&self, segments: &[u64]) -> Result<PassReport> {
         self.writable()?;
         let _one = self.cleaning.lock();
-        self.run_pass(segments.to_vec(), segments.len() as u64, false)
+        self.run_pass(
+            segments.to_vec(),
+            segments.len() as u64,
+            Gain::Blocks,
+            PassOrigin::Requested,
+        )
     }
 
     /// Why `seg` cannot be a victim, if it cannot.
@@ -279,13 +309,13 @@ impl Fs {
     }
 
     /// Clean up to `max` of `candidates`, in order, as far as the clean segments hold the
-    /// bound of what that writes; nothing if the pass would not gain segments (`emergency`:
-    /// at least one).
+    /// bound of what that writes; nothing if the pass would not make the `gain`.
     pub(super) fn run_pass(
         &self,
         candidates: Vec<u64>,
         max: u64,
-        emergency: bool,
+        gain: Gain,
+        origin: PassOrigin,
     ) -> Result<PassReport> {
         let g = self.geometry();
         // Write what is pending first: the pass then starts from a known state, and what it
@@ -352,12 +382,12 @@ impl Fs {
             )
         };
         let k = scans.len() as u64;
-        // In the write path the pass must give back a whole segment now; otherwise it must
-        // free more than it writes (the head's segment fills, later passes gain).
-        let gains = if emergency {
-            k > consumed(bound)
-        } else {
-            k * g.seg_eff() > bound
+        // A whole segment back now, or more blocks freed than written: then the clean
+        // segments do not drop (the writes take at most k of them) and the head's segment
+        // fills, so later passes gain.
+        let gains = match gain {
+            Gain::Segment => k > consumed(bound),
+            Gain::Blocks => k * g.seg_eff() > bound,
         };
         if scans.is_empty() || !gains {
             for s in scans.drain(..) {
@@ -444,6 +474,11 @@ impl Fs {
         if !rep.cleaned.is_empty() {
             let mut c = self.cleaner.counters.lock();
             c.passes += 1;
+            match origin {
+                PassOrigin::WritePath => c.write_path_passes += 1,
+                PassOrigin::Background => c.background_passes += 1,
+                PassOrigin::Requested => c.requested_passes += 1,
+            }
             c.segments_cleaned += rep.cleaned.len() as u64;
             c.live_moved += rep.live_moved;
             c.bytes_written += rep.bytes_written;
@@ -483,7 +518,8 @@ impl Fs {
                 return;
             }
             cleaning = true;
-            match self.clean_pass(t.policy, t.pass_size(clean, idle) as usize) {
+            let size = t.pass_size(clean, idle) as usize;
+            match self.clean_pass_for(t.policy, size, PassOrigin::Background) {
                 Ok(r) if r.cleaned.is_empty() || r.clean_after <= r.clean_before => return,
                 Ok(_) => {}
                 Err(e) => {
