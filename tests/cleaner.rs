@@ -308,6 +308,120 @@ fn full_metadata_device_gives_enospc_then_deletes_give_room_back() {
     fs.unmount();
 }
 
+/// Inodes in use by df -i.
+fn inodes_used(st: &libc::statvfs) -> u64 {
+    st.f_files - st.f_ffree
+}
+
+/// Issue 10's case, through the mount: a 16 MiB metadata device (1 MiB segments) filled with
+/// files, directories and symlinks to ENOSPC while the data device is nearly empty, then half
+/// deleted and created again at once. df and df -i tell the truth at every step: the inodes
+/// in use exactly, the free ones what creates then find, and no data blocks available while
+/// the log is full; and no create fails right after the deletes (the writer cleans in its
+/// own write path, it does not wait for the background cleaner).
+#[test]
+fn df_tells_the_truth_on_a_full_metadata_device_and_creates_work_right_after_deletes() {
+    dualfs_only!();
+    let mut fs = TestFs::builder().sizes(16 << 20, 1 << 30).mount();
+    let st0 = statvfs(fs.path());
+    assert_eq!(
+        inodes_used(&st0),
+        2,
+        "a fresh file system: root and lost+found"
+    );
+    assert!(st0.f_bavail >= st0.f_blocks * 99 / 100, "{st0:?}");
+    let dirs: Vec<PathBuf> = (0..10).map(|d| fs.join(format!("d{d}"))).collect();
+    for d in &dirs {
+        fs::create_dir(d).unwrap();
+    }
+    let path = |i: u64| dirs[(i % 10) as usize].join(format!("file-{i:06}"));
+    let mut made = 0u64;
+    let err = loop {
+        let r = if made % 10 == 9 {
+            std::os::unix::fs::symlink("some/target", path(made))
+        } else {
+            fs::File::create(path(made)).map(drop)
+        };
+        match r {
+            Ok(()) => made += 1,
+            Err(e) => break e,
+        }
+        if made % 2500 == 0 {
+            let st = statvfs(fs.path());
+            assert_eq!(inodes_used(&st), 12 + made, "df -i after {made} creates");
+        }
+        assert!(made < 200_000, "the metadata device never filled");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    assert_eq!(errno_of(fs::create_dir(fs.join("newdir"))), libc::ENOSPC);
+    let full = statvfs(fs.path());
+    eprintln!(
+        "{made} made; df -i promised {} at the start; at ENOSPC: {} free inodes, {} of {} blocks \
+         available ({} free)",
+        st0.f_ffree, full.f_ffree, full.f_bavail, full.f_blocks, full.f_bfree
+    );
+    assert_eq!(inodes_used(&full), 12 + made, "df -i at ENOSPC");
+    assert!(
+        full.f_ffree <= made / 50,
+        "df -i still promises {} inodes",
+        full.f_ffree
+    );
+    assert!(
+        full.f_bavail <= full.f_bfree / 50,
+        "the log is full and df shows {} of {} free data blocks available",
+        full.f_bavail,
+        full.f_bfree
+    );
+    assert!(
+        st0.f_ffree >= made * 8 / 10 && st0.f_ffree <= made * 12 / 10,
+        "df -i promised {} inodes at the start, {made} fit",
+        st0.f_ffree
+    );
+    let passes0 = status(&fs).counters.write_path_passes;
+    // Delete every other one, and look at once (nothing flushed yet).
+    let mut gone = 0u64;
+    for i in (0..made).step_by(2) {
+        fs::remove_file(path(i)).unwrap();
+        gone += 1;
+    }
+    let after = statvfs(fs.path());
+    assert_eq!(
+        inodes_used(&after),
+        12 + made - gone,
+        "df -i right after the deletes"
+    );
+    assert!(
+        after.f_ffree >= gone / 2,
+        "{gone} deleted, df -i shows {} free",
+        after.f_ffree
+    );
+    // Create again at once: no ENOSPC while the room the deletes made lasts.
+    let want = after.f_ffree * 3 / 4;
+    for k in 0..want {
+        fs::File::create(dirs[(k % 10) as usize].join(format!("again-{k:06}")))
+            .unwrap_or_else(|e| panic!("create {k} of {want} right after the deletes: {e}"));
+    }
+    let st = statvfs(fs.path());
+    assert_eq!(
+        inodes_used(&st),
+        12 + made - gone + want,
+        "df -i after creating again"
+    );
+    let s = status(&fs);
+    assert!(
+        s.counters.write_path_passes > passes0,
+        "the creates found room without cleaning? {s:?}"
+    );
+    fs.remount();
+    let st = statvfs(fs.path());
+    assert_eq!(
+        inodes_used(&st),
+        12 + made - gone + want,
+        "df -i after a remount"
+    );
+    fs.unmount();
+}
+
 /// Make dead space: many small files, three quarters deleted.
 fn make_garbage(fs: &TestFs, n: u64) {
     let d = fs.join("g");

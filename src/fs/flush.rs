@@ -76,6 +76,7 @@ impl Fs {
         let result = self.write_transaction(fl);
         if let Err(e) = &result {
             self.cleaner.counts.writing.store(0, Ordering::Release);
+            self.cleaner.counts.writing_meta.store(0, Ordering::Release);
             if !matches!(e, FsError::Errno(libc::ENOSPC)) {
                 log::error!("log write failed, no further writes: {e}");
                 self.set_failed(e.to_string());
@@ -150,6 +151,13 @@ impl Fs {
             .counts
             .writing
             .store(planned, Ordering::Release);
+        // ... and the meta blocks applying it dirties (the counts it came from empty now).
+        let touched =
+            (n_inodes + n_nodes + self.tree.freed_count()) as u64 + self.records.meta_blocks();
+        self.cleaner
+            .counts
+            .writing_meta
+            .store(touched, Ordering::Release);
 
         // From here on the snapshot is taken: nothing may fail until it is written.
         self.snap_seq.store(seq, Ordering::Release);
@@ -319,6 +327,7 @@ impl Fs {
             fl.writer.commit(&mut t, &plan);
             self.tables_changed(&t);
             self.cleaner.counts.writing.store(0, Ordering::Release);
+            self.cleaner.counts.writing_meta.store(0, Ordering::Release);
         }
         self.durable_seq.store(seq, Ordering::Release);
         self.tree.written(&node_ids);

@@ -30,6 +30,8 @@ pub(crate) struct RoomCounts {
     /// Log blocks of the transaction being written: from its snapshot (which empties the
     /// dirty sets) until the tables show it.
     pub writing: AtomicU64,
+    /// Meta blocks applying that transaction may dirty (as `pending_meta_blocks` counts).
+    pub writing_meta: AtomicU64,
 }
 
 impl Fs {
@@ -61,7 +63,8 @@ impl Fs {
     pub(super) fn pending_meta_blocks(&self, inodes: u64, nodes: u64) -> u64 {
         let c = &self.cleaner.counts;
         let g = self.geometry();
-        let growth = inodes + nodes + self.records.meta_blocks();
+        let growth =
+            inodes + nodes + self.records.meta_blocks() + c.writing_meta.load(Ordering::Acquire);
         let most = c.meta_total.load(Ordering::Acquire)
             + inodes.div_ceil(entries16_per_block(self.sb.block_size) as u64)
             + nodes.div_ceil(g.ppb)
