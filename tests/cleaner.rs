@@ -491,7 +491,7 @@ fn cleaner_daemon_status_once_and_takeover() {
     let (ok, out, err) = run_cleaner(&["--once", "--policy", "greedy"], &mnt);
     assert!(ok, "--once failed: {err}");
     assert!(
-        out.contains("cleaned segments"),
+        out.contains("cleaned ") && out.contains(" segment"),
         "--once printed: {out}{err}"
     );
     let s = status(&fs);
@@ -528,7 +528,7 @@ fn cleaner_daemon_status_once_and_takeover() {
     let st = wait_timeout(&mut daemon, Duration::from_secs(10)).expect("daemon exit");
     let text = fs::read_to_string(&log).unwrap();
     assert!(st.success(), "daemon exited {st}:\n{text}");
-    assert!(text.contains("cleaned segments"), "daemon log:\n{text}");
+    assert!(text.contains("clean segments"), "daemon log:\n{text}");
     wait_until("the daemon to detach", Duration::from_secs(5), || {
         status(&fs).daemons == 0
     });
@@ -592,5 +592,85 @@ fn control_socket_serves_only_root_and_the_mount_owner() {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(&raw), &mut line).unwrap();
     assert!(line.contains("\"error\""), "{line}");
+    drop(fs);
+}
+
+/// `--once` says what it did in segments: how many it cleaned (and which), how many log
+/// blocks its writes took, and how the clean segments changed; the requested-passes counter
+/// counts it. `--stop` ends an attached daemon and waits until it is gone.
+#[test]
+fn cleaner_once_reports_segments_and_stop_ends_the_daemon() {
+    dualfs_only!();
+    let fs = TestFs::builder()
+        .sizes(16 << 20, 256 << 20)
+        .mkfs_params(small_segments())
+        .mount();
+    make_garbage(&fs, 400);
+    let mnt = fs.path().to_path_buf();
+    let s0 = status(&fs);
+    let (ok, out, err) = run_cleaner(&["--once", "--policy", "greedy"], &mnt);
+    assert!(ok, "--once failed: {err}");
+    let line = out.trim();
+    // "cleaned N segments (a, b, ...): moved M live blocks, wrote W log blocks (x.y
+    // segments), freed F; clean segments A -> B (+d)"
+    let n: usize = line
+        .strip_prefix("cleaned ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("--once printed: {line}"));
+    let list = &line[line.find('(').unwrap() + 1..line.find(')').unwrap()];
+    assert_eq!(list.split(", ").count(), n, "{line}");
+    assert!(n >= 1, "{line}");
+    assert!(line.contains("log blocks ("), "{line}");
+    let tail = &line[line.find("clean segments ").expect(line) + "clean segments ".len()..];
+    let nums: Vec<i64> = tail
+        .split(|c: char| !(c.is_ascii_digit() || c == '-' || c == '+'))
+        .filter_map(|w| w.trim_start_matches('+').parse().ok())
+        .collect();
+    assert!(nums.len() >= 3, "{line}");
+    assert_eq!(nums[1] - nums[0], nums[2], "{line}");
+    let s1 = status(&fs);
+    assert_eq!(
+        s1.counters.requested_passes,
+        s0.counters.requested_passes + 1,
+        "{s1:?}"
+    );
+    assert!(s1.counters.segments_cleaned >= s0.counters.segments_cleaned + n as u64);
+
+    // --stop: a daemon attached in the foreground is signalled and has exited when it returns.
+    let log = fs.scratch().join("cleaner.log");
+    let mut daemon = Command::new(cleaner_bin())
+        .arg(&mnt)
+        .args(["--foreground", "--interval", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let pid_file = dualfs::run_dir::run_file_path(&mnt, "cleaner.pid");
+    wait_until("the daemon to attach", Duration::from_secs(10), || {
+        status(&fs).daemons == 1 && pid_file.exists()
+    });
+    let (ok, out, err) = run_cleaner(&["--stop"], &mnt);
+    assert!(ok, "--stop failed: {err}");
+    assert!(
+        out.contains(&format!("pid {}", daemon.id())),
+        "--stop printed: {out}"
+    );
+    let st = wait_timeout(&mut daemon, Duration::from_secs(10)).expect("daemon exit");
+    assert!(
+        st.success(),
+        "daemon exited {st}: {}",
+        fs::read_to_string(&log).unwrap()
+    );
+    assert!(!pid_file.exists(), "pid file left behind");
+    wait_until("the daemon to detach", Duration::from_secs(5), || {
+        status(&fs).daemons == 0
+    });
+    // Nothing left to stop.
+    let (ok, _, err) = run_cleaner(&["--stop"], &mnt);
+    assert!(
+        !ok && err.contains("no cleaner daemon"),
+        "second --stop: {err}"
+    );
     drop(fs);
 }
