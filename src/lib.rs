@@ -16,6 +16,8 @@ pub mod fuse;
 pub mod log;
 pub mod meta;
 pub mod mkfs;
+pub mod output;
 pub mod run_dir;
+pub mod tune;
 
 pub use error::{FsError, Result};

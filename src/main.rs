@@ -1,4 +1,4 @@
-//! `dualfs`: mount a DualFS through FUSE, and unmount it.
+//! `dualfs`: mount a DualFS through FUSE, unmount it, show and change what it is.
 
 mod cli;
 
@@ -37,6 +37,16 @@ enum Command {
     /// Exit status: 0 cleanly unmounted, 1 failed (busy, not a mount point, or the daemon
     /// did not finish cleanly), 2 bad command line.
     Umount(cli::umount::UmountArgs),
+    /// Show what a file system is and how full it is (mounted or not); reads only
+    ///
+    /// Label, UUID, format, block and segment sizes, both devices and their use, the last
+    /// checkpoint, whether it is clean, needs recovery or is mounted. Exit status: 0 shown,
+    /// 1 failed, 2 bad command line.
+    Info(cli::info::InfoArgs),
+    /// Change the label or the recorded data device path of an unmounted file system
+    ///
+    /// Exit status: 0 changed, 1 refused or failed (nothing changed), 2 bad command line.
+    Tune(cli::tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +55,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Mount(args) => cli::mount::run(args),
         Command::Umount(args) => cli::umount::run(args),
+        Command::Info(args) => cli::info::run(args),
+        Command::Tune(args) => cli::tune::run(args),
     }
 }
 

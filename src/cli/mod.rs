@@ -3,6 +3,7 @@
 pub mod data_path;
 pub mod device;
 pub mod error;
+pub mod info;
 pub mod logging;
 pub mod mount;
 pub mod mountinfo;
@@ -10,4 +11,5 @@ pub mod options;
 pub mod pid_file;
 pub mod ready_pipe;
 pub mod shutdown;
+pub mod tune;
 pub mod umount;

@@ -4,12 +4,42 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::ffi::OsStringExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The file system type of the topmost mount at `mountpoint` (a canonical path), if any.
 pub fn mounted_fs_type(mountpoint: &Path) -> io::Result<Option<String>> {
     let table = std::fs::read("/proc/self/mountinfo")?;
     Ok(fs_type_in(&table, mountpoint))
+}
+
+/// Mount points of the FUSE mounts whose source is `source` (a canonical path, as
+/// `dualfs mount` names its mounts' source), in mount order.
+pub fn fuse_mounts_of(source: &Path) -> io::Result<Vec<PathBuf>> {
+    let table = std::fs::read("/proc/self/mountinfo")?;
+    Ok(fuse_mounts_in(&table, source))
+}
+
+fn fuse_mounts_in(table: &[u8], source: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for line in table.split(|&b| b == b'\n') {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let Some(separator) = fields.iter().position(|f| *f == b"-") else {
+            continue;
+        };
+        let (Some(point), Some(fs_type), Some(src)) = (
+            fields.get(4),
+            fields.get(separator + 1),
+            fields.get(separator + 2),
+        ) else {
+            continue;
+        };
+        if is_fuse(&String::from_utf8_lossy(fs_type))
+            && OsString::from_vec(unescape(src)) == source.as_os_str()
+        {
+            found.push(PathBuf::from(OsString::from_vec(unescape(point))));
+        }
+    }
+    found
 }
 
 /// Is this a FUSE mount ("fuse", "fuseblk" or "fuse.<subtype>")?
@@ -86,6 +116,19 @@ mod tests {
         );
         assert_eq!(fs_type_in(TABLE, Path::new("/mnt")), None);
         assert_eq!(fs_type_in(b"garbage\n\n1 2 3\n", Path::new("/")), None);
+    }
+
+    #[test]
+    fn finds_mounts_by_source() {
+        assert_eq!(
+            fuse_mounts_in(TABLE, Path::new("/img/meta.img")),
+            vec![PathBuf::from("/mnt/my disk")]
+        );
+        assert_eq!(
+            fuse_mounts_in(TABLE, Path::new("/img/m")),
+            vec![PathBuf::from("/mnt/x")]
+        );
+        assert!(fuse_mounts_in(TABLE, Path::new("/dev/sda1")).is_empty());
     }
 
     #[test]
