@@ -450,6 +450,32 @@ fn run_cleaner(args: &[&str], mnt: &Path) -> (bool, String, String) {
     )
 }
 
+/// `dualfs-cleaner --status MNT | head -1` where head has gone before the status is written:
+/// the write fails with EPIPE (the read end is closed before the program starts, so always),
+/// which is the reader's choice, not an error and never a panic.
+fn status_into_a_closed_pipe_is_quiet(mnt: &Path) {
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    for json in [false, true] {
+        let mut cmd = Command::new(cleaner_bin());
+        cmd.arg("--status");
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .arg(mnt)
+            .stdout(Stdio::from(write_end.try_clone().unwrap()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && err.is_empty(),
+            "--status (json {json}) into a closed pipe: {:?}, stderr {err}",
+            out.status
+        );
+    }
+}
+
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
@@ -486,6 +512,7 @@ fn cleaner_daemon_status_once_and_takeover() {
     assert_eq!(s.segments, 64);
     assert_eq!(s.daemons, 0);
     let cleaned0 = s.counters.segments_cleaned;
+    status_into_a_closed_pipe_is_quiet(&mnt);
 
     // --once: one pass whatever the thresholds.
     let (ok, out, err) = run_cleaner(&["--once", "--policy", "greedy"], &mnt);

@@ -19,6 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use dualfs::clean::control::{Client, PassReport, Status};
 use dualfs::clean::{choose, Policy, ThresholdUpdate, Thresholds};
+use dualfs::output::{human_bytes, write_stdout};
 use dualfs::run_dir::run_file_path;
 use log::{error, info, warn};
 use std::io::Write;
@@ -175,8 +176,7 @@ fn run(cli: Cli) -> Result<()> {
         } else {
             format_status(&cli.mountpoint, &s)
         };
-        println!("{out}");
-        return Ok(());
+        return print(&format!("{out}\n"));
     }
     let update = ThresholdUpdate {
         min_free: cli.min_free,
@@ -190,8 +190,7 @@ fn run(cli: Cli) -> Result<()> {
         let t = update.apply(t).map_err(|e| anyhow!(e))?;
         let status = client.status()?;
         let r = one_pass(&mut client, &t, t.pass_size(status.clean, false))?;
-        println!("{}", describe_pass(&r, &status));
-        return Ok(());
+        return print(&format!("{}\n", describe_pass(&r, &status)));
     }
     // Who we are, and that threshold cleaning is ours now.
     client.hello("dualfs-cleaner", true)?;
@@ -319,8 +318,8 @@ fn daemon_loop(client: &mut Client, interval: Duration) -> Result<()> {
                 t.max_free,
                 total.passes,
                 total.segments,
-                human(total.written),
-                human(total.freed)
+                human_bytes(total.written),
+                human_bytes(total.freed)
             );
             cleaning = false;
         }
@@ -331,8 +330,8 @@ fn daemon_loop(client: &mut Client, interval: Duration) -> Result<()> {
         started.elapsed().as_secs_f64(),
         total.passes,
         total.segments,
-        human(total.written),
-        human(total.freed)
+        human_bytes(total.written),
+        human_bytes(total.freed)
     );
     Ok(())
 }
@@ -444,7 +443,7 @@ fn describe_pass(r: &PassReport, s: &Status) -> String {
         r.live_moved,
         written,
         written as f64 / seg_blocks as f64,
-        human(r.bytes_freed),
+        human_bytes(r.bytes_freed),
         r.clean_before,
         r.clean_after,
         net,
@@ -452,21 +451,6 @@ fn describe_pass(r: &PassReport, s: &Status) -> String {
         taken.max(0)
     )
 }
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 fn format_status(mountpoint: &Path, s: &Status) -> String {
     let c = &s.counters;
     let t = &s.thresholds;
@@ -480,7 +464,7 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
         "{}: {} log segments of {}",
         mountpoint.display(),
         s.log_segments,
-        human(s.segment_bytes)
+        human_bytes(s.segment_bytes)
     ));
     line(format!("clean segments:   {}", s.clean));
     line(format!("dirty segments:   {}", s.dirty));
@@ -491,9 +475,9 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
     line(format!(
         "utilization:      {:.1}% ({} live of {}; writers stop at {})",
         s.utilization * 100.0,
-        human(s.live_bytes),
-        human(log_bytes),
-        human(s.live_limit_bytes)
+        human_bytes(s.live_bytes),
+        human_bytes(log_bytes),
+        human_bytes(s.live_limit_bytes)
     ));
     line(format!(
         "cleaned:          {} segments in {} passes, {} live blocks moved",
@@ -506,8 +490,8 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
     ));
     line(format!(
         "cleaning wrote:   {}, freed {}",
-        human(c.bytes_written),
-        human(c.bytes_freed)
+        human_bytes(c.bytes_written),
+        human_bytes(c.bytes_freed)
     ));
     line(format!(
         "write cost:       {:.3} (bytes written by cleaning / bytes freed)",
@@ -559,11 +543,15 @@ fn stop_daemon(mountpoint: &Path) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    println!(
-        "stopped the cleaner daemon (pid {pid}) of {}",
+    print(&format!(
+        "stopped the cleaner daemon (pid {pid}) of {}\n",
         canonical.display()
-    );
-    Ok(())
+    ))
+}
+
+/// Print on stdout; a reader that closed the pipe (`--status MNT | head -1`) is no error.
+fn print(text: &str) -> Result<()> {
+    write_stdout(text).context("standard output")
 }
 
 fn read_pid(path: &Path) -> Option<i32> {
