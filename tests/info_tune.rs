@@ -307,3 +307,34 @@ fn tune_data_onto_a_moved_image_then_mount_finds_it() {
     assert_eq!(fs::read(fs.join("kept")).unwrap(), b"across the move");
     fs.unmount();
 }
+
+#[test]
+fn info_after_a_crash_says_needs_recovery_and_writes_nothing() {
+    dualfs_only!();
+    let dir = tempdir();
+    let (meta, data) = make_pair(dir.path(), "c", "crashed");
+    let mut fs = TestFs::builder().images(&meta, &data).mount();
+    fs::write(fs.join("f"), vec![1u8; 40 * 4096]).unwrap();
+    sync_fs(fs.path());
+    fs.kill_daemon_hard();
+
+    let before = (digest_file(&meta), digest_file(&data));
+    let j = info_json(&meta);
+    assert_eq!(
+        (j["state"].as_str(), j["mounted"].as_bool()),
+        (Some("needs recovery"), Some(false))
+    );
+    assert_eq!(j["checkpoint"]["clean"], false);
+    // The figures come from recovery in memory: the synced file's blocks are counted.
+    assert!(u(&j["data"]["used_blocks"]) >= 40, "{}", j["data"]);
+    assert_eq!(field(&info_text(&meta), "State"), "needs recovery");
+    assert_eq!(
+        (digest_file(&meta), digest_file(&data)),
+        before,
+        "info wrote to a device"
+    );
+    fs.mount();
+    assert_eq!(fs::read(fs.join("f")).unwrap().len(), 40 * 4096);
+    fs.unmount();
+    assert_eq!(info_json(&meta)["state"], "clean");
+}
