@@ -36,6 +36,16 @@ fn make_pair(dir: &Path, name: &str, label: &str) -> (PathBuf, PathBuf) {
     (meta, data)
 }
 
+/// A fresh pair, mounted, with a synced file "f" of `blocks` blocks.
+fn mounted_with_a_file(name: &str, label: &str, blocks: u64) -> (Dir, PathBuf, PathBuf, TestFs) {
+    let dir = tempdir();
+    let (meta, data) = make_pair(dir.path(), name, label);
+    let fs = TestFs::builder().images(&meta, &data).mount();
+    fs::write(fs.join("f"), vec![7u8; (blocks * 4096) as usize]).unwrap();
+    sync_fs(fs.path());
+    (dir, meta, data, fs)
+}
+
 fn dualfs(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(dualfs_bin()).args(args).output().unwrap()
 }
@@ -175,12 +185,8 @@ fn info_of_a_fresh_file_system() {
 #[test]
 fn info_of_a_mounted_file_system_and_tune_refused_while_mounted() {
     dualfs_only!();
-    let dir = tempdir();
-    let (meta, data) = make_pair(dir.path(), "m", "mounted");
-    let mut fs = TestFs::builder().images(&meta, &data).mount();
     let blocks = 300u64;
-    fs::write(fs.join("f"), vec![7u8; (blocks * 4096) as usize]).unwrap();
-    sync_fs(fs.path());
+    let (_dir, meta, data, mut fs) = mounted_with_a_file("m", "mounted", blocks);
 
     let j = info_json(&meta);
     assert_eq!(
@@ -311,11 +317,7 @@ fn tune_data_onto_a_moved_image_then_mount_finds_it() {
 #[test]
 fn info_after_a_crash_says_needs_recovery_and_writes_nothing() {
     dualfs_only!();
-    let dir = tempdir();
-    let (meta, data) = make_pair(dir.path(), "c", "crashed");
-    let mut fs = TestFs::builder().images(&meta, &data).mount();
-    fs::write(fs.join("f"), vec![1u8; 40 * 4096]).unwrap();
-    sync_fs(fs.path());
+    let (_dir, meta, data, mut fs) = mounted_with_a_file("c", "crashed", 40);
     fs.kill_daemon_hard();
 
     let before = (digest_file(&meta), digest_file(&data));
