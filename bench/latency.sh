@@ -78,7 +78,7 @@ declare -A L=()      # "key|op|phase|stat" -> microseconds
 declare -A EXTRA=()  # key -> notes printed under the tables
 RAN=()               # keys in the order they ran
 
-# The mount's cleaner status as "utilization passes emergency_passes live_limit" (n/a for
+# The mount's cleaner status as "utilization passes write_path_passes live_limit" (n/a for
 # what it lacks; live_limit: the utilization beyond which writers get ENOSPC).
 cleaner_status() { # MNT
     "$CLEANER_BIN" --status --json "$1" 2>/dev/null | python3 -c '
@@ -90,7 +90,7 @@ except Exception:
 c = s.get("counters", {})
 log = s.get("log_segments", 0) * s.get("segment_bytes", 0)
 limit = s["live_limit_bytes"] / log if log and "live_limit_bytes" in s else "n/a"
-print(s.get("utilization", "n/a"), c.get("passes", "n/a"), c.get("emergency_passes", "n/a"), limit)'
+print(s.get("utilization", "n/a"), c.get("passes", "n/a"), c.get("write_path_passes", c.get("emergency_passes", "n/a")), limit)'
 }
 
 # run_latency KEY FS LOADKIND: mount FS, (cleaner variant: fill), measure, unmount.

@@ -102,7 +102,7 @@ if [ -n "$BENCH_CSV" ]; then
 import json, sys
 s = json.loads(sys.argv[1])
 c = s.get("counters", {})
-for k in ("passes", "emergency_passes", "segments_cleaned", "bytes_written", "bytes_freed", "enospc"):
+for k in ("passes", "write_path_passes", "segments_cleaned", "bytes_written", "bytes_freed", "enospc"):
     if k in c: print(f"{k},{c[k]}")
 for k in ("utilization", "write_cost"):
     if k in s: print(f"{k},{s[k]}")' "$status_json" 2>/dev/null | while IFS=, read -r k v; do bench_row dualfs cleaner "$k" "$v" value; done

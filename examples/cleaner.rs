@@ -213,7 +213,7 @@ fn run(cfg: &Config, source: &Path, mode: Mode) -> Row {
             s.clean,
             s.utilization * 100.0,
             s.counters.segments_cleaned,
-            s.counters.emergency_passes
+            s.counters.write_path_passes
         );
     }
     common::sync_fs(&mnt);
@@ -366,7 +366,7 @@ fn main() {
         r.status.counters.segments_cleaned.to_string()
     });
     line("  of which in the write path", &|r| {
-        format!("{} passes", r.status.counters.emergency_passes)
+        format!("{} passes", r.status.counters.write_path_passes)
     });
     line("cleaning passes", &|r| r.status.counters.passes.to_string());
     line("write cost (written / freed)", &|r| {
@@ -415,7 +415,7 @@ fn main() {
             k,
             "cleaning",
             "write_path_passes",
-            c.emergency_passes as f64,
+            c.write_path_passes as f64,
             "passes",
         );
         csv.row(k, "cleaning", "write_cost", r.status.write_cost, "ratio");

@@ -18,6 +18,8 @@ pub mod log;
 pub mod meta;
 pub mod mkfs;
 pub mod mountinfo;
+pub mod output;
 pub mod run_dir;
+pub mod tune;
 
 pub use error::{FsError, Result};

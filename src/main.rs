@@ -1,4 +1,4 @@
-//! `dualfs`: mount a DualFS through FUSE, and unmount it.
+//! `dualfs`: mount a DualFS through FUSE, unmount it, show and change what it is.
 
 mod cli;
 
@@ -50,6 +50,16 @@ enum Command {
     /// with the data device flushed first, and returns once that is on the devices. Root and
     /// the mount owner only. Exit status: 0 durable, 1 failed, 2 bad command line.
     Sync(cli::sync::SyncArgs),
+    /// Show what a file system is and how full it is (mounted or not); reads only
+    ///
+    /// Label, UUID, format, block and segment sizes, both devices and their use, the last
+    /// checkpoint, whether it is clean, needs recovery or is mounted. Exit status: 0 shown,
+    /// 1 failed, 2 bad command line.
+    Info(cli::info::InfoArgs),
+    /// Change the label or the recorded data device path of an unmounted file system
+    ///
+    /// Exit status: 0 changed, 1 refused or failed (nothing changed), 2 bad command line.
+    Tune(cli::tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +73,8 @@ fn main() -> ExitCode {
         Command::Mount(args) => cli::mount::run(args),
         Command::Umount(args) => cli::umount::run(args),
         Command::Sync(args) => cli::sync::run(args),
+        Command::Info(args) => cli::info::run(args),
+        Command::Tune(args) => cli::tune::run(args),
     }
 }
 

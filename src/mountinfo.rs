@@ -55,6 +55,20 @@ pub fn read() -> io::Result<Vec<MountEntry>> {
     Ok(parse(&std::fs::read("/proc/self/mountinfo")?))
 }
 
+/// Mount points of the FUSE mounts whose source is `source` (a canonical path, as
+/// `dualfs mount` names its mounts' source), in mount order.
+pub fn fuse_mounts_of(source: &Path) -> io::Result<Vec<PathBuf>> {
+    Ok(fuse_mounts_in(&read()?, source))
+}
+
+fn fuse_mounts_in(table: &[MountEntry], source: &Path) -> Vec<PathBuf> {
+    table
+        .iter()
+        .filter(|e| e.is_fuse() && Path::new(&e.source) == source)
+        .map(|e| e.mount_point.clone())
+        .collect()
+}
+
 /// Parse a whole table; lines that do not parse are skipped.
 pub fn parse(table: &[u8]) -> Vec<MountEntry> {
     table

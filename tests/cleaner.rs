@@ -181,7 +181,7 @@ fn sustained_churn_at_80_percent_of_the_metadata_device() {
         s.clean,
         s.counters.segments_cleaned,
         s.counters.passes,
-        s.counters.emergency_passes,
+        s.counters.write_path_passes,
         s.write_cost,
         s.counters.enospc
     );
@@ -405,6 +405,120 @@ fn full_metadata_device_gives_enospc_then_deletes_give_room_back() {
     fs.unmount();
 }
 
+/// Inodes in use by df -i.
+fn inodes_used(st: &libc::statvfs) -> u64 {
+    st.f_files - st.f_ffree
+}
+
+/// Issue 10's case, through the mount: a 16 MiB metadata device (1 MiB segments) filled with
+/// files, directories and symlinks to ENOSPC while the data device is nearly empty, then half
+/// deleted and created again at once. df and df -i tell the truth at every step: the inodes
+/// in use exactly, the free ones what creates then find, and no data blocks available while
+/// the log is full; and no create fails right after the deletes (the writer cleans in its
+/// own write path, it does not wait for the background cleaner).
+#[test]
+fn df_tells_the_truth_on_a_full_metadata_device_and_creates_work_right_after_deletes() {
+    dualfs_only!();
+    let mut fs = TestFs::builder().sizes(16 << 20, 1 << 30).mount();
+    let st0 = statvfs(fs.path());
+    assert_eq!(
+        inodes_used(&st0),
+        2,
+        "a fresh file system: root and lost+found"
+    );
+    assert!(st0.f_bavail >= st0.f_blocks * 99 / 100, "{st0:?}");
+    let dirs: Vec<PathBuf> = (0..10).map(|d| fs.join(format!("d{d}"))).collect();
+    for d in &dirs {
+        fs::create_dir(d).unwrap();
+    }
+    let path = |i: u64| dirs[(i % 10) as usize].join(format!("file-{i:06}"));
+    let mut made = 0u64;
+    let err = loop {
+        let r = if made % 10 == 9 {
+            std::os::unix::fs::symlink("some/target", path(made))
+        } else {
+            fs::File::create(path(made)).map(drop)
+        };
+        match r {
+            Ok(()) => made += 1,
+            Err(e) => break e,
+        }
+        if made % 2500 == 0 {
+            let st = statvfs(fs.path());
+            assert_eq!(inodes_used(&st), 12 + made, "df -i after {made} creates");
+        }
+        assert!(made < 200_000, "the metadata device never filled");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    assert_eq!(errno_of(fs::create_dir(fs.join("newdir"))), libc::ENOSPC);
+    let full = statvfs(fs.path());
+    eprintln!(
+        "{made} made; df -i promised {} at the start; at ENOSPC: {} free inodes, {} of {} blocks \
+         available ({} free)",
+        st0.f_ffree, full.f_ffree, full.f_bavail, full.f_blocks, full.f_bfree
+    );
+    assert_eq!(inodes_used(&full), 12 + made, "df -i at ENOSPC");
+    assert!(
+        full.f_ffree <= made / 50,
+        "df -i still promises {} inodes",
+        full.f_ffree
+    );
+    assert!(
+        full.f_bavail <= full.f_bfree / 50,
+        "the log is full and df shows {} of {} free data blocks available",
+        full.f_bavail,
+        full.f_bfree
+    );
+    assert!(
+        st0.f_ffree >= made * 8 / 10 && st0.f_ffree <= made * 12 / 10,
+        "df -i promised {} inodes at the start, {made} fit",
+        st0.f_ffree
+    );
+    let passes0 = status(&fs).counters.write_path_passes;
+    // Delete every other one, and look at once (nothing flushed yet).
+    let mut gone = 0u64;
+    for i in (0..made).step_by(2) {
+        fs::remove_file(path(i)).unwrap();
+        gone += 1;
+    }
+    let after = statvfs(fs.path());
+    assert_eq!(
+        inodes_used(&after),
+        12 + made - gone,
+        "df -i right after the deletes"
+    );
+    assert!(
+        after.f_ffree >= gone / 2,
+        "{gone} deleted, df -i shows {} free",
+        after.f_ffree
+    );
+    // Create again at once: no ENOSPC while the room the deletes made lasts.
+    let want = after.f_ffree * 3 / 4;
+    for k in 0..want {
+        fs::File::create(dirs[(k % 10) as usize].join(format!("again-{k:06}")))
+            .unwrap_or_else(|e| panic!("create {k} of {want} right after the deletes: {e}"));
+    }
+    let st = statvfs(fs.path());
+    assert_eq!(
+        inodes_used(&st),
+        12 + made - gone + want,
+        "df -i after creating again"
+    );
+    let s = status(&fs);
+    assert!(
+        s.counters.write_path_passes > passes0,
+        "the creates found room without cleaning? {s:?}"
+    );
+    fs.remount();
+    let st = statvfs(fs.path());
+    assert_eq!(
+        inodes_used(&st),
+        12 + made - gone + want,
+        "df -i after a remount"
+    );
+    fs.unmount();
+}
+
 /// Make dead space: many small files, three quarters deleted.
 fn make_garbage(fs: &TestFs, n: u64) {
     let d = fs.join("g");
@@ -431,6 +545,32 @@ fn run_cleaner(args: &[&str], mnt: &Path) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `dualfs-cleaner --status MNT | head -1` where head has gone before the status is written:
+/// the write fails with EPIPE (the read end is closed before the program starts, so always),
+/// which is the reader's choice, not an error and never a panic.
+fn status_into_a_closed_pipe_is_quiet(mnt: &Path) {
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    for json in [false, true] {
+        let mut cmd = Command::new(cleaner_bin());
+        cmd.arg("--status");
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .arg(mnt)
+            .stdout(Stdio::from(write_end.try_clone().unwrap()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && err.is_empty(),
+            "--status (json {json}) into a closed pipe: {:?}, stderr {err}",
+            out.status
+        );
+    }
 }
 
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
@@ -469,12 +609,13 @@ fn cleaner_daemon_status_once_and_takeover() {
     assert_eq!(s.segments, 64);
     assert_eq!(s.daemons, 0);
     let cleaned0 = s.counters.segments_cleaned;
+    status_into_a_closed_pipe_is_quiet(&mnt);
 
     // --once: one pass whatever the thresholds.
     let (ok, out, err) = run_cleaner(&["--once", "--policy", "greedy"], &mnt);
     assert!(ok, "--once failed: {err}");
     assert!(
-        out.contains("cleaned segments"),
+        out.contains("cleaned ") && out.contains(" segment"),
         "--once printed: {out}{err}"
     );
     let s = status(&fs);
@@ -511,7 +652,7 @@ fn cleaner_daemon_status_once_and_takeover() {
     let st = wait_timeout(&mut daemon, Duration::from_secs(10)).expect("daemon exit");
     let text = fs::read_to_string(&log).unwrap();
     assert!(st.success(), "daemon exited {st}:\n{text}");
-    assert!(text.contains("cleaned segments"), "daemon log:\n{text}");
+    assert!(text.contains("clean segments"), "daemon log:\n{text}");
     wait_until("the daemon to detach", Duration::from_secs(5), || {
         status(&fs).daemons == 0
     });
@@ -575,5 +716,85 @@ fn control_socket_serves_only_root_and_the_mount_owner() {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(&raw), &mut line).unwrap();
     assert!(line.contains("\"error\""), "{line}");
+    drop(fs);
+}
+
+/// `--once` says what it did in segments: how many it cleaned (and which), how many log
+/// blocks its writes took, and how the clean segments changed; the requested-passes counter
+/// counts it. `--stop` ends an attached daemon and waits until it is gone.
+#[test]
+fn cleaner_once_reports_segments_and_stop_ends_the_daemon() {
+    dualfs_only!();
+    let fs = TestFs::builder()
+        .sizes(16 << 20, 256 << 20)
+        .mkfs_params(small_segments())
+        .mount();
+    make_garbage(&fs, 400);
+    let mnt = fs.path().to_path_buf();
+    let s0 = status(&fs);
+    let (ok, out, err) = run_cleaner(&["--once", "--policy", "greedy"], &mnt);
+    assert!(ok, "--once failed: {err}");
+    let line = out.trim();
+    // "cleaned N segments (a, b, ...): moved M live blocks, wrote W log blocks (x.y
+    // segments), freed F; clean segments A -> B (+d)"
+    let n: usize = line
+        .strip_prefix("cleaned ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("--once printed: {line}"));
+    let list = &line[line.find('(').unwrap() + 1..line.find(')').unwrap()];
+    assert_eq!(list.split(", ").count(), n, "{line}");
+    assert!(n >= 1, "{line}");
+    assert!(line.contains("log blocks ("), "{line}");
+    let tail = &line[line.find("clean segments ").expect(line) + "clean segments ".len()..];
+    let nums: Vec<i64> = tail
+        .split(|c: char| !(c.is_ascii_digit() || c == '-' || c == '+'))
+        .filter_map(|w| w.trim_start_matches('+').parse().ok())
+        .collect();
+    assert!(nums.len() >= 3, "{line}");
+    assert_eq!(nums[1] - nums[0], nums[2], "{line}");
+    let s1 = status(&fs);
+    assert_eq!(
+        s1.counters.requested_passes,
+        s0.counters.requested_passes + 1,
+        "{s1:?}"
+    );
+    assert!(s1.counters.segments_cleaned >= s0.counters.segments_cleaned + n as u64);
+
+    // --stop: a daemon attached in the foreground is signalled and has exited when it returns.
+    let log = fs.scratch().join("cleaner.log");
+    let mut daemon = Command::new(cleaner_bin())
+        .arg(&mnt)
+        .args(["--foreground", "--interval", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let pid_file = dualfs::run_dir::run_file_path(&mnt, "cleaner.pid");
+    wait_until("the daemon to attach", Duration::from_secs(10), || {
+        status(&fs).daemons == 1 && pid_file.exists()
+    });
+    let (ok, out, err) = run_cleaner(&["--stop"], &mnt);
+    assert!(ok, "--stop failed: {err}");
+    assert!(
+        out.contains(&format!("pid {}", daemon.id())),
+        "--stop printed: {out}"
+    );
+    let st = wait_timeout(&mut daemon, Duration::from_secs(10)).expect("daemon exit");
+    assert!(
+        st.success(),
+        "daemon exited {st}: {}",
+        fs::read_to_string(&log).unwrap()
+    );
+    assert!(!pid_file.exists(), "pid file left behind");
+    wait_until("the daemon to detach", Duration::from_secs(5), || {
+        status(&fs).daemons == 0
+    });
+    // Nothing left to stop.
+    let (ok, _, err) = run_cleaner(&["--stop"], &mnt);
+    assert!(
+        !ok && err.contains("no cleaner daemon"),
+        "second --stop: {err}"
+    );
     drop(fs);
 }

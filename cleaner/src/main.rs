@@ -12,12 +12,14 @@
 //! dualfs-cleaner /mnt/dualfs --policy greedy --min-free 20 --max-free 40 --foreground
 //! dualfs-cleaner /mnt/dualfs --once               # one pass now, then exit
 //! dualfs-cleaner --status /mnt/dualfs             # clean/dirty segments, utilization, write cost
+//! dualfs-cleaner --stop /mnt/dualfs               # stop the daemon attached to the mount
 //! ```
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use dualfs::clean::control::{Client, PassReport, Status};
 use dualfs::clean::{choose, Policy, ThresholdUpdate, Thresholds};
+use dualfs::output::{human_bytes, write_stdout};
 use dualfs::run_dir::run_file_path;
 use log::{error, info, warn};
 use std::io::Write;
@@ -80,6 +82,11 @@ struct Cli {
     /// Clean one pass now (whatever the thresholds), print what it did, and exit
     #[arg(long, conflicts_with = "status")]
     once: bool,
+
+    /// Stop the cleaner daemon attached to the mount (it exits after the pass it is in), and
+    /// exit once it has
+    #[arg(long, conflicts_with_all = ["status", "once"])]
+    stop: bool,
 
     /// Stay in the foreground and log to stderr
     #[arg(short = 'f', long)]
@@ -157,6 +164,9 @@ fn connect(mountpoint: &Path) -> Result<Client> {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if cli.stop {
+        return stop_daemon(&cli.mountpoint);
+    }
     let mut client = connect(&cli.mountpoint)?;
     client.set_timeout(None)?;
     if cli.status {
@@ -166,8 +176,7 @@ fn run(cli: Cli) -> Result<()> {
         } else {
             format_status(&cli.mountpoint, &s)
         };
-        println!("{out}");
-        return Ok(());
+        return print(&format!("{out}\n"));
     }
     let update = ThresholdUpdate {
         min_free: cli.min_free,
@@ -181,8 +190,7 @@ fn run(cli: Cli) -> Result<()> {
         let t = update.apply(t).map_err(|e| anyhow!(e))?;
         let status = client.status()?;
         let r = one_pass(&mut client, &t, t.pass_size(status.clean, false))?;
-        println!("{}", describe_pass(&r));
-        return Ok(());
+        return print(&format!("{}\n", describe_pass(&r, &status)));
     }
     // Who we are, and that threshold cleaning is ours now.
     client.hello("dualfs-cleaner", true)?;
@@ -273,7 +281,7 @@ fn daemon_loop(client: &mut Client, interval: Duration) -> Result<()> {
                 Ok(r) if !r.cleaned.is_empty() => {
                     cleaning = true;
                     total.add(&r);
-                    info!("{}", describe_pass(&r));
+                    info!("{}", describe_pass(&r, &status));
                     // Passes that free less than a segment each add up, but not for ever.
                     stalled = if r.clean_after > r.clean_before {
                         0
@@ -310,8 +318,8 @@ fn daemon_loop(client: &mut Client, interval: Duration) -> Result<()> {
                 t.max_free,
                 total.passes,
                 total.segments,
-                human(total.written),
-                human(total.freed)
+                human_bytes(total.written),
+                human_bytes(total.freed)
             );
             cleaning = false;
         }
@@ -322,8 +330,8 @@ fn daemon_loop(client: &mut Client, interval: Duration) -> Result<()> {
         started.elapsed().as_secs_f64(),
         total.passes,
         total.segments,
-        human(total.written),
-        human(total.freed)
+        human_bytes(total.written),
+        human_bytes(total.freed)
     );
     Ok(())
 }
@@ -408,37 +416,41 @@ fn refused_note(r: &PassReport) -> String {
     }
 }
 
-fn describe_pass(r: &PassReport) -> String {
+/// What a pass did, in segments: how many it cleaned, how many clean segments its own
+/// writes took (the live blocks it moved and its checkpoints), and the net change.
+fn describe_pass(r: &PassReport, s: &Status) -> String {
+    if r.cleaned.is_empty() && r.refused.is_empty() {
+        return "cleaned nothing: no segment is worth cleaning (each is clean, holds the log \
+                head, or is over 95% live)"
+            .into();
+    }
     if r.cleaned.is_empty() {
         return format!("cleaned nothing{}", refused_note(r));
     }
+    let bs = s.block_size.max(1) as u64;
+    let seg_blocks = (s.segment_bytes / bs).max(1);
+    let written = r.bytes_written.div_ceil(bs);
+    let list: Vec<String> = r.cleaned.iter().map(|n| n.to_string()).collect();
+    let net = r.clean_after as i64 - r.clean_before as i64;
+    let taken = r.cleaned.len() as i64 - net;
     format!(
-        "cleaned segments {:?}: {} live blocks moved, {} written, {} freed; clean segments {} \
-         -> {}",
-        r.cleaned,
+        "cleaned {} segment{} ({}): moved {} live blocks, wrote {} log blocks ({:.1} segments), \
+         freed {}; clean segments {} -> {} ({:+}: {} cleaned, {} taken by its writes and any \
+         writer's meanwhile)",
+        r.cleaned.len(),
+        if r.cleaned.len() == 1 { "" } else { "s" },
+        list.join(", "),
         r.live_moved,
-        human(r.bytes_written),
-        human(r.bytes_freed),
+        written,
+        written as f64 / seg_blocks as f64,
+        human_bytes(r.bytes_freed),
         r.clean_before,
-        r.clean_after
+        r.clean_after,
+        net,
+        r.cleaned.len(),
+        taken.max(0)
     )
 }
-
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 fn format_status(mountpoint: &Path, s: &Status) -> String {
     let c = &s.counters;
     let t = &s.thresholds;
@@ -452,7 +464,7 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
         "{}: {} log segments of {}",
         mountpoint.display(),
         s.log_segments,
-        human(s.segment_bytes)
+        human_bytes(s.segment_bytes)
     ));
     line(format!("clean segments:   {}", s.clean));
     line(format!("dirty segments:   {}", s.dirty));
@@ -463,18 +475,23 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
     line(format!(
         "utilization:      {:.1}% ({} live of {}; writers stop at {})",
         s.utilization * 100.0,
-        human(s.live_bytes),
-        human(log_bytes),
-        human(s.live_limit_bytes)
+        human_bytes(s.live_bytes),
+        human_bytes(log_bytes),
+        human_bytes(s.live_limit_bytes)
     ));
     line(format!(
-        "cleaned:          {} segments in {} passes ({} in the write path), {} live blocks moved",
-        c.segments_cleaned, c.passes, c.emergency_passes, c.live_moved
+        "cleaned:          {} segments in {} passes, {} live blocks moved",
+        c.segments_cleaned, c.passes, c.live_moved
+    ));
+    line(format!(
+        "passes by whom:   {} in an operation's write path, {} by the mount's thread, {} asked \
+         for (cleaner daemon, --once)",
+        c.write_path_passes, c.background_passes, c.requested_passes
     ));
     line(format!(
         "cleaning wrote:   {}, freed {}",
-        human(c.bytes_written),
-        human(c.bytes_freed)
+        human_bytes(c.bytes_written),
+        human_bytes(c.bytes_freed)
     ));
     line(format!(
         "write cost:       {:.3} (bytes written by cleaning / bytes freed)",
@@ -498,6 +515,45 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
     out.trim_end().to_string()
 }
 
+/// `--stop`: signal the daemon whose pid file names this mount, and wait until it is gone.
+fn stop_daemon(mountpoint: &Path) -> Result<()> {
+    let canonical = std::fs::canonicalize(mountpoint)
+        .with_context(|| format!("mount point {}", mountpoint.display()))?;
+    let pid_file = run_file_path(&canonical, "cleaner.pid");
+    let pid = match read_pid(&pid_file) {
+        Some(pid) if is_alive(pid) => pid,
+        _ => bail!(
+            "no cleaner daemon serves {} (no live pid in {})",
+            canonical.display(),
+            pid_file.display()
+        ),
+    };
+    // SAFETY: a signal to the process the pid file names, which is a dualfs-cleaner.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        bail!(
+            "cannot signal the cleaner daemon (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // It finishes the pass it is in (a pass ends in a checkpoint) and exits.
+    let start = Instant::now();
+    while is_alive(pid) {
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!("the cleaner daemon (pid {pid}) did not exit within 60 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    print(&format!(
+        "stopped the cleaner daemon (pid {pid}) of {}\n",
+        canonical.display()
+    ))
+}
+
+/// Print on stdout; a reader that closed the pipe (`--status MNT | head -1`) is no error.
+fn print(text: &str) -> Result<()> {
+    write_stdout(text).context("standard output")
+}
+
 fn read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path)
         .ok()?
@@ -507,10 +563,17 @@ fn read_pid(path: &Path) -> Option<i32> {
         .filter(|&p: &i32| p > 0)
 }
 
+/// Is `pid` a running dualfs-cleaner (not one that exited and waits to be reaped)?
 fn is_alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+    let named = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim().starts_with("dualfs-cleaner"))
-        .unwrap_or(false)
+        .unwrap_or(false);
+    // The state is the first field after the command name, which ends at the last ')'.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        st.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+    });
+    named && !zombie
 }
 
 /// Fork into the background: the parent exits 0, the child continues in a new session with

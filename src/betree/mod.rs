@@ -77,6 +77,7 @@ mod ids;
 mod node;
 mod policy;
 mod read;
+mod state_lock;
 mod tree;
 mod txn;
 

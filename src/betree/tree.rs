@@ -5,12 +5,13 @@ use super::ids::IdAllocator;
 use super::node::Node;
 use super::policy::Policy;
 use super::read::{self, LeafRange};
+use super::state_lock::StateLock;
 use super::txn::{Changes, Stop, Txn};
 use crate::error::err;
 use crate::format::node::{self as fmt, DirValue, Key, Message, MessageOp, Value};
 use crate::format::{NAME_MAX, ROOT_NODE_ID as ROOT};
 use crate::{FsError, Result};
-use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
+use parking_lot::Mutex;
 
 /// Reads the on-disk block of a node (the file system's log and node map).
 pub trait NodeLoader: Send + Sync {
@@ -87,7 +88,7 @@ pub struct BeTree {
     pub(crate) policy: Policy,
     hash_seed: u64,
     pub(crate) cache_nodes: usize,
-    pub(crate) state: RwLock<TreeState>,
+    pub(crate) state: StateLock,
     /// Serializes mutations (and `check`), including while they wait for I/O. Lookups never
     /// take it.
     pub(crate) mutator: Mutex<()>,
@@ -140,7 +141,7 @@ impl BeTree {
             cache_nodes: (cache_bytes / block_size as u64).min(usize::MAX as u64) as usize,
             policy,
             hash_seed,
-            state: RwLock::new(state),
+            state: StateLock::new(state),
             mutator: Mutex::new(()),
         }
     }
@@ -379,13 +380,14 @@ impl BeTree {
         self.state.read().ids.next()
     }
 
+    /// Without a lock: the count as of the last change.
     pub fn dirty_count(&self) -> usize {
-        self.state.read().cache.dirty_count()
+        self.state.dirty_count()
     }
 
     /// Freed ids the next `take_dirty` will report (the log writer sizes its records by it).
     pub fn freed_count(&self) -> usize {
-        self.state.read().ids.unreported_count()
+        self.state.freed_count()
     }
 
     pub fn cached_bytes(&self) -> u64 {
@@ -445,7 +447,7 @@ impl BeTree {
             match change(&mut txn) {
                 Ok(()) => {
                     let changes = txn.finish();
-                    let mut state = RwLockUpgradableReadGuard::upgrade(state);
+                    let mut state = state.upgrade();
                     state.commit(changes);
                     state.cache.evict_to(self.cache_nodes);
                     return Ok(());

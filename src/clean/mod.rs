@@ -178,8 +178,16 @@ impl ThresholdUpdate {
 pub struct CleanerCounters {
     /// Passes that cleaned at least one segment.
     pub passes: u64,
-    /// Of those, passes run in the write path because clean segments ran short.
-    pub emergency_passes: u64,
+    /// Of those, passes an operation ran in its write path because clean segments ran short
+    /// (it waited for them).
+    #[serde(alias = "emergency_passes")]
+    pub write_path_passes: u64,
+    /// Passes the mount's own background thread ran (threshold cleaning).
+    #[serde(default)]
+    pub background_passes: u64,
+    /// Passes asked for over the control socket (`dualfs-cleaner`'s daemon or `--once`).
+    #[serde(default)]
+    pub requested_passes: u64,
     /// Segments that became clean through a pass.
     pub segments_cleaned: u64,
     /// Live blocks moved (inodes count one each).

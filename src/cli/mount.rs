@@ -147,7 +147,7 @@ fn plan(args: &MountArgs) -> Result<MountPlan, CliError> {
 }
 
 /// An existing image file or block device, as an absolute path.
-fn device_path(path: &Path) -> Result<PathBuf, CliError> {
+pub fn device_path(path: &Path) -> Result<PathBuf, CliError> {
     let absolute = std::fs::canonicalize(path)
         .map_err(|e| CliError::failure(format!("{}: {}", path.display(), describe_io(&e))))?;
     let metadata = std::fs::metadata(&absolute)
@@ -161,7 +161,7 @@ fn device_path(path: &Path) -> Result<PathBuf, CliError> {
     Ok(absolute)
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
+pub fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
         _ => false,

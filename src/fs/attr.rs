@@ -145,22 +145,27 @@ impl Fs {
         }
     }
 
+    /// What df shows, from both devices (docs/DESIGN.md, "What statfs says"): the data
+    /// device's blocks, of which as many are available as are free *and* the log can still
+    /// describe; inodes in use now, and as many more as the log can still take.
     pub fn statfs(&self) -> Result<StatFs> {
         self.alive()?;
-        // Inodes are made on demand: as many more fit as writers may still add to the log
-        // (each takes its share of an inode block).
-        let room = self.log_room_bytes();
-        let per_inode = self.inode_log_bytes();
-        let t = self.tables.lock();
+        let in_use = self.ino_alloc.lock().in_use();
+        let room = self
+            .log_room_bytes(in_use)
+            .saturating_sub(self.op_headroom_bytes());
+        let bs = self.sb.block_size as u64;
+        let ffree = (room / self.file_log_bytes()).min((u32::MAX as u64).saturating_sub(in_use));
         // Blocks freed by transactions still pending are free: a write that needs them
         // writes the log first.
-        let free = t.data.free_blocks() + self.pending_data_frees();
-        let ffree = (room / per_inode).min(u32::MAX as u64 - t.ifile.live_inodes);
+        let free = self.tables.lock().data.free_blocks() + self.pending_data_frees();
+        // A log block of pointers maps ppb data blocks (and its ancestors take 1/ppb more).
+        let describable = (room / bs).saturating_mul(self.ppb - 1);
         Ok(StatFs {
             blocks: self.sb.data_blocks,
             bfree: free,
-            bavail: free,
-            files: t.ifile.live_inodes + ffree,
+            bavail: free.min(describable),
+            files: in_use + ffree,
             ffree,
             bsize: self.sb.block_size,
             namelen: NAME_MAX as u32,

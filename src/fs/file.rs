@@ -276,6 +276,11 @@ impl Fs {
         st.long_target = None;
         st.target_dirty = false;
         self.mark_dirty(e, st);
+        // A tombstone in the dirty map writes no inode (admission counts it apart).
+        self.cleaner
+            .counts
+            .tombstones
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.ino_alloc.lock().hold(e.ino);
         Fs::attrs_of_freed(e.ino, st)
     }
@@ -406,14 +411,7 @@ impl Fs {
     /// How many data blocks pending transactions free (they stay allocated in the committed
     /// bitmap until then).
     pub(crate) fn pending_data_frees(&self) -> u64 {
-        self.records
-            .lock()
-            .iter()
-            .map(|r| match *r {
-                Record::DFree { count, .. } => count,
-                _ => 0,
-            })
-            .sum()
+        self.records.data_freed()
     }
 
     /// Take `n` data blocks for `e` from its reservation window, reserving a new window near

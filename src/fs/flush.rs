@@ -99,9 +99,11 @@ impl Fs {
         }
         let result = self.write_transaction(fl);
         if let Err(e) = &result {
+            self.cleaner.counts.writing.store(0, Ordering::Release);
+            self.cleaner.counts.writing_meta.store(0, Ordering::Release);
             if !matches!(e, FsError::Errno(libc::ENOSPC)) {
                 log::error!("log write failed, no further writes: {e}");
-                *self.failed.lock() = Some(e.to_string());
+                self.set_failed(e.to_string());
             }
         }
         result
@@ -163,11 +165,33 @@ impl Fs {
         let nblocks = n_ptr + n_sym + n_nodes + n_inodes.div_ceil(per_block);
         let max_records = n_records + n_ptr + n_sym + self.tree.freed_count();
         let plan = fl.writer.plan(&self.tables.lock(), nblocks, max_records)?;
+        // From the snapshot until the tables show it, admission counts the transaction here.
+        let planned: u64 = plan
+            .parts
+            .iter()
+            .map(|p| p.summary_blocks as u64 + p.nblocks as u64)
+            .sum();
+        self.cleaner
+            .counts
+            .writing
+            .store(planned, Ordering::Release);
+        // ... and the meta blocks applying it dirties (the counts it came from empty now).
+        let touched =
+            (n_inodes + n_nodes + self.tree.freed_count()) as u64 + self.records.meta_blocks();
+        self.cleaner
+            .counts
+            .writing_meta
+            .store(touched, Ordering::Release);
 
         // From here on the snapshot is taken: nothing may fail until it is written.
         self.snap_seq.store(seq, Ordering::Release);
         self.cleaner.snapshot_taken();
-        self.dirty.lock().clear();
+        {
+            let mut dirty = self.dirty.lock();
+            dirty.clear();
+            self.cleaner.counts.dirty_inodes.store(0, Ordering::Release);
+            self.cleaner.counts.tombstones.store(0, Ordering::Release);
+        }
         let mut addrs = plan.addrs.iter().copied();
         let mut pending = Vec::with_capacity(nblocks);
         let mut dead = Vec::new();
@@ -259,7 +283,7 @@ impl Fs {
             addrs.next().is_none(),
             "plan has more blocks than the snapshot"
         );
-        let mut records = std::mem::take(&mut *self.records.lock());
+        let mut records = self.records.take();
         records.extend(
             runs(dead)
                 .into_iter()
@@ -326,6 +350,9 @@ impl Fs {
             let mut t = self.tables.lock();
             t.apply(&placed, &records, now_secs())?;
             fl.writer.commit(&mut t, &plan);
+            self.tables_changed(&t);
+            self.cleaner.counts.writing.store(0, Ordering::Release);
+            self.cleaner.counts.writing_meta.store(0, Ordering::Release);
         }
         self.durable_seq.store(seq, Ordering::Release);
         self.tree.written(&node_ids);
@@ -357,8 +384,17 @@ impl Fs {
     }
 
     pub(crate) fn checkpoint_locked(&self, fl: &mut FlushState, clean: bool) -> Result<()> {
+        self.checkpoint_written(fl, clean).map(|_| ())
+    }
+
+    /// `checkpoint_locked`, saying which meta blocks the checkpoint wrote.
+    pub(crate) fn checkpoint_written(
+        &self,
+        fl: &mut FlushState,
+        clean: bool,
+    ) -> Result<Vec<crate::log::checkpoint::Item>> {
         if self.opts.read_only {
-            return Ok(());
+            return Ok(Vec::new());
         }
         self.flush_locked(fl)?;
         let result = (|| {
@@ -369,7 +405,9 @@ impl Fs {
                     next_node_id: self.tree.next_node_id(),
                     clean,
                 };
-                prepare_checkpoint(&self.sb, &mut fl.writer, &mut t, info)?
+                let prepared = prepare_checkpoint(&self.sb, &mut fl.writer, &mut t, info);
+                self.tables_changed(&t);
+                prepared?
             };
             // Nothing may be written into a segment this checkpoint frees before the flush
             // lock is released, so its blocks can leave the cache now.
@@ -379,11 +417,12 @@ impl Fs {
                     .forget(|a| freed.contains(&self.sb.segment_of(a)));
             }
             let blocks = prepared.log_blocks();
+            let items = prepared.items.clone();
             finish_checkpoint(&self.sb, &*self.meta, &mut fl.writer, prepared)
-                .map(|cp| (cp, blocks))
+                .map(|cp| (cp, blocks, items))
         })();
         match result {
-            Ok((cp, blocks)) => {
+            Ok((cp, blocks, items)) => {
                 fl.ckpt_serial = cp.serial;
                 fl.segments_since_ckpt = 0;
                 fl.last_ckpt = Instant::now();
@@ -391,12 +430,12 @@ impl Fs {
                 s.checkpoints += 1;
                 s.log_blocks_written += blocks;
                 s.checkpoint_blocks_written += blocks;
-                Ok(())
+                Ok(items)
             }
             Err(e) => {
                 if !matches!(e, FsError::Errno(libc::ENOSPC)) {
                     log::error!("checkpoint failed, no further writes: {e}");
-                    *self.failed.lock() = Some(e.to_string());
+                    self.set_failed(e.to_string());
                 }
                 Err(e)
             }

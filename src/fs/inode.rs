@@ -247,6 +247,14 @@ impl InoAllocator {
         self.free.extend(inos);
     }
 
+    /// Numbers allocated now (below the first never-used one, neither free nor held; 0 is
+    /// no number).
+    pub fn in_use(&self) -> u64 {
+        self.next_new
+            .saturating_sub(1)
+            .saturating_sub(self.free.len() as u64 + self.held.len() as u64)
+    }
+
     pub fn free_count(&self) -> u64 {
         self.free.len() as u64 + self.held.len() as u64
     }

@@ -20,6 +20,7 @@ mod flush;
 pub mod inode;
 mod kernel_refs;
 mod mount;
+mod records;
 mod rename;
 mod repair;
 mod seek;
@@ -165,7 +166,7 @@ pub struct Fs {
     gate: RwLock<()>,
     dirty: Mutex<HashMap<u64, Arc<InodeEntry>>>,
     /// Records of changes no block shows, in the order they happened.
-    records: Mutex<Vec<Record>>,
+    records: records::RecordLog,
     flusher: Mutex<FlushState>,
     /// Number of the last snapshot the log writer took, and of the last one made durable.
     snap_seq: AtomicU64,
@@ -174,6 +175,8 @@ pub struct Fs {
     data_dirty: AtomicBool,
     /// Set after a failed log write: nothing more may be written.
     failed: Mutex<Option<String>>,
+    /// `failed` is set (read by every operation without taking the lock).
+    has_failed: AtomicBool,
     unmounted: AtomicBool,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
@@ -250,11 +253,19 @@ impl Fs {
         if self.unmounted.load(Ordering::Acquire) {
             return Err(FsError::Errno(libc::EIO));
         }
-        if let Some(why) = &*self.failed.lock() {
-            log::debug!("refusing: file system failed earlier: {why}");
+        if self.has_failed.load(Ordering::Acquire) {
+            if let Some(why) = &*self.failed.lock() {
+                log::debug!("refusing: file system failed earlier: {why}");
+            }
             return Err(FsError::Errno(libc::EIO));
         }
         Ok(())
+    }
+
+    /// A log write failed: nothing more may be written.
+    fn set_failed(&self, why: String) {
+        *self.failed.lock() = Some(why);
+        self.has_failed.store(true, Ordering::Release);
     }
 
     /// The cached inode `ino`, loading it if needed.
@@ -299,7 +310,15 @@ impl Fs {
     /// Record that `e` changed (the caller holds its state lock and the gate).
     fn mark_dirty(&self, e: &Arc<InodeEntry>, st: &mut inode::InodeState) {
         st.dirty = true;
-        self.dirty.lock().entry(e.ino).or_insert_with(|| e.clone());
+        let mut dirty = self.dirty.lock();
+        if let std::collections::hash_map::Entry::Vacant(v) = dirty.entry(e.ino) {
+            v.insert(e.clone());
+            // Under the map's lock, so the count is the map's size (admission reads it).
+            self.cleaner
+                .counts
+                .dirty_inodes
+                .store(dirty.len() as u64, Ordering::Release);
+        }
     }
 
     fn push_record(&self, r: Record) {

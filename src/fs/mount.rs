@@ -140,7 +140,7 @@ impl Fs {
         let meta: Arc<dyn BlockDevice> = fences[0].clone();
         let data: Arc<dyn BlockDevice> = fences[1].clone();
         let writer = LogWriter::new(sb.clone(), meta.clone(), head);
-        Fs {
+        let fs = Fs {
             ppb: pointers_per_block(sb.block_size) as u64,
             tables: Mutex::new(tables),
             tree,
@@ -153,7 +153,7 @@ impl Fs {
             writeback_cache: AtomicBool::new(false),
             gate: RwLock::new(()),
             dirty: Mutex::new(HashMap::new()),
-            records: Mutex::new(Vec::new()),
+            records: super::records::RecordLog::new(sb.blocks_per_group, sb.block_size),
             flusher: Mutex::new(FlushState {
                 writer,
                 ckpt_serial: head.ckpt_serial,
@@ -164,6 +164,7 @@ impl Fs {
             durable_seq: AtomicU64::new(0),
             data_dirty: AtomicBool::new(false),
             failed: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -179,7 +180,9 @@ impl Fs {
             data,
             fences,
             opts,
-        }
+        };
+        fs.tables_changed(&fs.tables.lock());
+        fs
     }
 
     /// Open a formatted pair of devices: check superblocks and pairing, load the newest

@@ -80,6 +80,7 @@ impl Fs {
                 t.nodes.set(id, 0);
             }
         }
+        self.tables_changed(&t);
     }
 
     /// Write everything done so far and a checkpoint (not marked clean).

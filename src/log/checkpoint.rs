@@ -19,11 +19,24 @@ use crate::meta::Tables;
 use crate::{FsError, Result};
 use std::collections::{BTreeSet, HashSet};
 
-/// One block a checkpoint writes.
+/// One block a checkpoint writes: a meta-file block or one of a meta file's indirect blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Item {
+pub enum Item {
     Block { file: u64, index: u64 },
     Indirect { file: u64, level: u8, index: u64 },
+}
+
+/// Add to `set` what a checkpoint writes when block `index` of meta file `file` is dirty:
+/// the block and every indirect block on the way to it.
+pub fn add_with_ancestors(set: &mut BTreeSet<Item>, f: &MetaFile, file: u64, index: u64) {
+    set.insert(Item::Block { file, index });
+    for s in f.ancestors(index) {
+        set.insert(Item::Indirect {
+            file,
+            level: s.level,
+            index: s.index,
+        });
+    }
 }
 
 fn metafile(t: &Tables, id: u64) -> &MetaFile {
@@ -57,14 +70,7 @@ fn collect(t: &Tables) -> Vec<Item> {
     for id in [IFILE_ID, BITMAP_ID, NODEMAP_ID] {
         let f = metafile(t, id);
         for &b in &f.dirty {
-            set.insert(Item::Block { file: id, index: b });
-            for s in f.ancestors(b) {
-                set.insert(Item::Indirect {
-                    file: id,
-                    level: s.level,
-                    index: s.index,
-                });
-            }
+            add_with_ancestors(&mut set, f, id, b);
         }
     }
     set.into_iter().collect()
@@ -91,6 +97,8 @@ pub struct CheckpointInfo {
 pub struct PreparedCheckpoint {
     plan: super::writer::Plan,
     blocks: Vec<TxnBlock>,
+    /// What `blocks` are, in the same order.
+    pub items: Vec<Item>,
     pub cp: Checkpoint,
     /// Segments this checkpoint makes reusable.
     pub cleaned: Vec<u64>,
@@ -255,6 +263,7 @@ pub fn prepare_checkpoint(
     Ok(PreparedCheckpoint {
         plan,
         blocks,
+        items,
         cp,
         cleaned: to_clean,
     })

@@ -5,6 +5,7 @@ use crate::format::bmap::{self, Parent};
 use crate::format::meta::entries16_per_block;
 use crate::format::summary::{DESC_SIZE, RECORD_SIZE, SUMMARY_HEADER};
 use crate::format::{BITMAP_ID, IFILE_ID, NODEMAP_ID};
+use crate::log::checkpoint::{add_with_ancestors, Item};
 use crate::meta::metafile::MetaFile;
 use crate::meta::Tables;
 use std::collections::BTreeSet;
@@ -42,15 +43,17 @@ impl Geometry {
     /// Worst case, in log blocks, of a pass cleaning `k` segments when the meta files have
     /// `meta_total` blocks (docs/DESIGN.md "Cleaning and the reserve"): every block of every
     /// victim a level-1 indirect block of a different file whose two ancestors lie elsewhere
-    /// (itself, two ancestors, an inode), a Dead record for each old copy, summaries, and a
-    /// checkpoint rewriting every meta-file block.
+    /// (itself, two ancestors, an inode), a Dead record for each old copy, summaries, a
+    /// checkpoint rewriting every meta-file block, and a second one rewriting the IFile's
+    /// header and usage blocks with the indirect blocks above them.
     pub(super) fn pass_bound(&self, k: u64, meta_total: u64) -> u64 {
         let moved = k * (self.segment_blocks - 1);
         let txn = 3 * moved + moved.div_ceil(self.ipb) + 1;
         let records = 3 * moved;
+        let second = self.usage_blocks() + 1;
         txn + self.summary_blocks(txn, records)
             + self.checkpoint_blocks(meta_total)
-            + self.checkpoint_blocks(self.usage_blocks() + 1)
+            + self.checkpoint_blocks(second + indirect_blocks_for(second, self.ppb))
     }
 }
 
@@ -117,27 +120,119 @@ impl CostAcc {
         }
     }
 
-    /// Upper bound of the log blocks the pass writes: its transaction and its checkpoint,
-    /// with `meta_dirty` meta blocks already due and `meta_total` the most a checkpoint writes.
-    pub(super) fn bound(&self, g: &Geometry, meta_dirty: u64, meta_total: u64) -> u64 {
+    /// The pass's own transaction: blocks (inodes packed `ipb` to a block) and records (a
+    /// `DEAD` for each old copy of an indirect or symlink block).
+    pub(super) fn txn(&self, g: &Geometry) -> (u64, u64) {
         let sym: u64 = self.symlinks.values().sum();
         let blocks = (self.inos.len() as u64).div_ceil(g.ipb)
-            + 1
             + self.ptrs.len() as u64
             + sym
             + self.nodes.len() as u64;
-        let records = self.ptrs.len() as u64 + sym;
+        (blocks, self.ptrs.len() as u64 + sym)
+    }
+
+    /// The meta blocks the pass's first checkpoint must write for it, with the indirect
+    /// blocks above each: the IFile's header and usage blocks (every segment the pass writes
+    /// into or empties), the inode-map blocks of the inodes it moves, the node-map blocks of
+    /// the nodes it moves, and the victims' own meta blocks. What writers dirty meanwhile is
+    /// theirs: it is in what they have pending.
+    pub(super) fn first_checkpoint(&self, t: &Tables, g: &Geometry) -> BTreeSet<Item> {
+        let mut set = usage_and_header(t, g);
         let imap: BTreeSet<u64> = self.inos.iter().map(|&i| g.imap_block(i)).collect();
+        for b in imap {
+            add_with_ancestors(&mut set, &t.ifile.file, IFILE_ID, b);
+        }
         let nodemap: BTreeSet<u64> = self.nodes.iter().map(|&n| n / g.ppb).collect();
-        let meta = (meta_dirty + imap.len() as u64 + nodemap.len() as u64 + self.meta.len() as u64)
-            .min(meta_total);
-        // A second checkpoint frees victims that held meta blocks (the first relocates them):
-        // it writes the usage blocks and the IFile header.
-        let second = if self.meta.is_empty() {
+        for b in nodemap {
+            add_with_ancestors(&mut set, &t.nodes.file, NODEMAP_ID, b);
+        }
+        for &(file, index) in &self.meta {
+            add_with_ancestors(&mut set, metafile(t, file), file, index);
+        }
+        set
+    }
+
+    /// The second checkpoint, which frees victims that held meta blocks (the first relocates
+    /// them): the usage blocks and the IFile header. None when no victim held meta blocks.
+    pub(super) fn second_checkpoint(&self, t: &Tables, g: &Geometry) -> BTreeSet<Item> {
+        if self.meta.is_empty() {
+            BTreeSet::new()
+        } else {
+            usage_and_header(t, g)
+        }
+    }
+
+    /// Upper bound of the log blocks the pass writes for itself: its transaction (one
+    /// inode block more for packing) with summaries, and its checkpoints.
+    pub(super) fn bound(&self, t: &Tables, g: &Geometry) -> u64 {
+        let (blocks, records) = self.txn(g);
+        let blocks = blocks + 1;
+        blocks
+            + g.summary_blocks(blocks, records)
+            + checkpoint_share(g, self.first_checkpoint(t, g).len() as u64)
+            + checkpoint_share(g, self.second_checkpoint(t, g).len() as u64)
+    }
+
+    /// What a pass wrote for itself: the transaction of the items it moved (`self`), and of
+    /// each checkpoint it ran, the blocks that are in that checkpoint's claimed set (`claims`,
+    /// paired with what the checkpoint wrote). Never more than `bound` of the scan's union:
+    /// moved items are a subset of it, and each share a subset of its claim.
+    pub(super) fn written(&self, g: &Geometry, ckpts: &[(&BTreeSet<Item>, &[Item])]) -> u64 {
+        let (blocks, records) = self.txn(g);
+        let txn = if blocks == 0 {
             0
         } else {
-            g.checkpoint_blocks(g.usage_blocks() + 1)
+            blocks + g.summary_blocks(blocks, records)
         };
-        blocks + g.summary_blocks(blocks, records) + g.checkpoint_blocks(meta) + second
+        let shares: u64 = ckpts
+            .iter()
+            .map(|(claim, wrote)| {
+                checkpoint_share(g, wrote.iter().filter(|i| claim.contains(i)).count() as u64)
+            })
+            .sum();
+        txn + shares
     }
+}
+
+/// A checkpoint's share of `blocks` meta blocks, with their summaries (none for none).
+fn checkpoint_share(g: &Geometry, blocks: u64) -> u64 {
+    if blocks == 0 {
+        0
+    } else {
+        g.checkpoint_blocks(blocks)
+    }
+}
+
+/// The IFile's header and usage blocks, with their indirect blocks.
+fn usage_and_header(t: &Tables, g: &Geometry) -> BTreeSet<Item> {
+    let mut set = BTreeSet::new();
+    for b in 0..=g.usage_blocks() {
+        add_with_ancestors(&mut set, &t.ifile.file, IFILE_ID, b);
+    }
+    set
+}
+
+/// Indirect blocks a file needs to map its first `n` blocks (ext2's scheme, `p` pointers
+/// per block).
+pub(super) fn indirect_blocks_for(n: u64, p: u64) -> u64 {
+    let direct = crate::format::inode::NDIRECT as u64;
+    let mut rest = n.saturating_sub(direct);
+    let mut total = 0;
+    // Single, double, triple: a tree of each height covers p^h blocks.
+    let mut span = p;
+    for height in 1..=3u32 {
+        if rest == 0 {
+            break;
+        }
+        let here = rest.min(span);
+        // Indirect blocks at each level of a tree of `height` mapping `here` blocks.
+        let mut level_blocks = here;
+        for _ in 0..height {
+            level_blocks = level_blocks.div_ceil(p);
+            total += level_blocks;
+        }
+        rest -= here;
+        span = span.saturating_mul(p);
+    }
+    total
 }

@@ -296,6 +296,7 @@ impl Fs {
         // Rewriting any block below an indirect block rewrites the indirect block too.
         if index < mf.len() {
             mf.mark_dirty(index);
+            self.tables_changed(&t);
             1
         } else {
             0

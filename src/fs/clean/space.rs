@@ -35,7 +35,7 @@ impl Fs {
     /// one for operations in flight.
     pub fn cleaner_reserve(&self) -> u64 {
         let g = self.geometry();
-        let meta_total = meta_total_blocks(&self.tables.lock());
+        let meta_total = self.cleaner.counts.meta_total.load(Ordering::Acquire);
         g.pass_bound(1, meta_total).div_ceil(g.seg_eff()) + 1
     }
 
@@ -55,43 +55,41 @@ impl Fs {
         log.saturating_sub(reserve + gap) * g.seg_eff() * g.block_size
     }
 
-    /// Upper bound of the log blocks that writing everything dirty now takes, with the
-    /// checkpoint after it.
+    /// Upper bound of the log blocks that writing everything pending now takes, with the
+    /// checkpoint after it: the dirty inodes (packed), tree nodes and charged blocks, their
+    /// summaries, and the meta blocks dirty now or dirtied by applying all that. Read from
+    /// counters only (no lock).
     pub(crate) fn pending_blocks(&self) -> u64 {
         let g = self.geometry();
-        let meta = meta_dirty_blocks(&self.tables.lock(), &g);
-        self.pending_blocks_with(meta)
-    }
-
-    /// `pending_blocks` with the checkpoint's `meta` blocks known.
-    pub(super) fn pending_blocks_with(&self, meta: u64) -> u64 {
-        let g = self.geometry();
-        let inodes = self.dirty.lock().len() as u64;
-        let records = self.records.lock().len() as u64;
+        let c = &self.cleaner.counts;
+        let inodes = c
+            .dirty_inodes
+            .load(Ordering::Acquire)
+            .saturating_sub(c.tombstones.load(Ordering::Acquire));
+        let records = self.records.count();
         let nodes = self.tree.dirty_count() as u64;
         let freed = self.tree.freed_count() as u64;
         let charged = self.cleaner.charged.load(Ordering::Acquire)
             + self.cleaner.inflight.load(Ordering::Acquire)
             + self.cleaner.claimed.load(Ordering::Acquire);
         let blocks = inodes.div_ceil(g.ipb) + nodes + charged;
-        blocks + g.summary_blocks(blocks, records + freed + charged) + g.checkpoint_blocks(meta)
+        let meta = self.pending_meta_blocks(inodes, nodes + freed);
+        let writing = self.cleaner.counts.writing.load(Ordering::Acquire);
+        writing
+            + blocks
+            + g.summary_blocks(blocks, records + freed + charged)
+            + g.checkpoint_blocks(meta)
     }
 
+    /// The log's space as admission sees it, from counters only (no lock).
     pub(crate) fn space(&self) -> Space {
         let g = self.geometry();
-        let (clean, meta_total, meta_dirty) = {
-            let t = self.tables.lock();
-            (
-                t.ifile.clean_segments(),
-                meta_total_blocks(&t),
-                meta_dirty_blocks(&t, &g),
-            )
-        };
-        let cleaner_reserve = g.pass_bound(1, meta_total).div_ceil(g.seg_eff()) + 1;
+        let c = &self.cleaner.counts;
+        let cleaner_reserve = self.cleaner_reserve();
         let reserve = cleaner_reserve + DELETE_SEGMENTS;
         Space {
-            clean,
-            pending: self.pending_blocks_with(meta_dirty),
+            clean: c.clean.load(Ordering::Acquire),
+            pending: self.pending_blocks(),
             growth: self.cleaner.charged.load(Ordering::Acquire)
                 + self.cleaner.inflight.load(Ordering::Acquire),
             seg_eff: g.seg_eff(),
@@ -101,26 +99,9 @@ impl Fs {
         }
     }
 
+    /// Live bytes of the log by the applied transactions (no lock).
     pub(super) fn live_bytes_total(&self) -> u64 {
-        let key = (
-            self.durable_seq.load(Ordering::Acquire),
-            self.stats.lock().checkpoints,
-        );
-        if let Some((seq, ckpts, live)) = *self.cleaner.live_cache.lock() {
-            if (seq, ckpts) == key {
-                return live;
-            }
-        }
-        let live = self
-            .tables
-            .lock()
-            .ifile
-            .usage
-            .iter()
-            .map(|u| u.live_bytes as u64)
-            .sum();
-        *self.cleaner.live_cache.lock() = Some((key.0, key.1, live));
-        live
+        self.cleaner.counts.live_bytes.load(Ordering::Acquire)
     }
 
     /// Is there room for `op` now?
@@ -159,6 +140,9 @@ impl Fs {
         let guard = Admission { fs: self, charge };
         c.last_write_ms
             .store(c.epoch.elapsed().as_millis() as u64, Ordering::Release);
+        if op == Admit::Delete {
+            c.deletes.fetch_add(1, Ordering::AcqRel);
+        }
         if !self.fits(&self.space(), op) {
             self.make_room(op)?;
         }
@@ -196,7 +180,11 @@ impl Fs {
         if self.fits(&self.space(), op) {
             return Ok(());
         }
-        let key = (self.clean_segments_count(), self.live_bytes_total());
+        let key = (
+            self.clean_segments_count(),
+            self.live_bytes_total(),
+            self.cleaner.deletes.load(Ordering::Acquire),
+        );
         let enospc = || {
             self.cleaner.counters.lock().enospc += 1;
             Err(FsError::Errno(libc::ENOSPC))
@@ -221,13 +209,20 @@ impl Fs {
         }
         // Segments whose blocks all died since the last checkpoint become clean with one.
         self.checkpoint(false)?;
+        // Passes that give a whole segment back at once first; when none can (the victims
+        // are too full for that), passes that free more blocks than they write: they never
+        // lower the clean segments, and each leaves the head's segment fuller, so the next
+        // gains a segment. Each fits the room by its bound (the cleaner's reserve holds it).
         let mut last = None;
         for _ in 0..64 {
             if self.fits(&self.space(), op) {
                 *self.cleaner.futile.lock() = None;
                 return Ok(());
             }
-            let r = self.emergency_pass()?;
+            let mut r = self.write_path_pass(Gain::Segment)?;
+            if r.cleaned.is_empty() {
+                r = self.write_path_pass(Gain::Blocks)?;
+            }
             let done = r.cleaned.is_empty();
             last = Some(r);
             if done {
@@ -251,8 +246,11 @@ impl Fs {
             sp.live_limit_bytes
         );
         if op != Admit::Delete {
-            *self.cleaner.futile.lock() =
-                Some((self.clean_segments_count(), self.live_bytes_total()));
+            *self.cleaner.futile.lock() = Some((
+                self.clean_segments_count(),
+                self.live_bytes_total(),
+                self.cleaner.deletes.load(Ordering::Acquire),
+            ));
         }
         enospc()
     }
@@ -261,18 +259,33 @@ impl Fs {
 impl Fs {
     /// Log bytes writers may still fill, for statfs: the clean segments above the reserve
     /// plus the dead bytes cleaning can take back, at most up to the live limit, less what
-    /// is pending.
-    pub(crate) fn log_room_bytes(&self) -> u64 {
+    /// is pending. `in_use` inodes are allocated now: those made or freed since the last
+    /// applied transaction count at once (a burst of creates or unlinks shows right away).
+    pub(crate) fn log_room_bytes(&self, in_use: u64) -> u64 {
         let sp = self.space();
         let bs = self.sb.block_size as u64;
         let seg_bytes = self.sb.segment_blocks as u64 * bs;
+        // The last attempt to make room for a writer failed and nothing changed since: there
+        // is none, whatever the estimate below would say.
+        let now = (
+            self.clean_segments_count(),
+            self.live_bytes_total(),
+            self.cleaner.deletes.load(Ordering::Acquire),
+        );
+        if *self.cleaner.futile.lock() == Some(now) {
+            return 0;
+        }
         let (live, dead) = {
             let t = self.tables.lock();
             let mut live = 0u64;
             let mut dead = 0u64;
             // Dead space is worth counting in segments cleaning can reclaim even with the
             // clean segments down to the reserve: cleaning k of them, utilization u, with
-            // k*u segments of room gains k*(1-u) >= 1 for u <= (R-1)/R.
+            // k*u segments of room gains k*(1-u) >= 1 for u <= (R-1)/R. (The meta blocks a
+            // pass rewrites are left out: greedy passes find the emptiest segments first,
+            // and the estimate stays within a few percent of what creates then find, where
+            // charging every pass with them made it promise nothing; and when writers were
+            // refused, the check above says so.)
             let r = sp.reserve.max(2) as f64;
             let reclaim = ((r - 1.0) / r).min(crate::clean::MAX_VICTIM_UTILIZATION);
             for u in &t.ifile.usage {
@@ -284,18 +297,27 @@ impl Fs {
             }
             (live, dead)
         };
+        let applied = self.cleaner.counts.applied_inodes.load(Ordering::Acquire);
+        let per = self.file_log_bytes();
+        let made = in_use.saturating_sub(applied) * per;
+        let freed = applied.saturating_sub(in_use) * per;
+        // The clean room already has the pending inodes' blocks taken off (pending).
         let clean_room =
             (sp.clean.saturating_sub(sp.reserve) * sp.seg_eff * bs).saturating_sub(sp.pending * bs);
-        let by_limit = sp.live_limit_bytes.saturating_sub(live + sp.growth * bs);
-        by_limit.min(clean_room + dead)
+        let by_limit = (sp.live_limit_bytes + freed).saturating_sub(live + made + sp.growth * bs);
+        by_limit.min(clean_room + dead + freed)
     }
 
-    /// Log bytes one more inode takes: its share of an INODES block.
-    pub(crate) fn inode_log_bytes(&self) -> u64 {
-        self.sb.block_size as u64 / inodes_per_block(self.sb.block_size) as u64
+    /// Log bytes one more file takes: its share of an INODES block, and its directory entry
+    /// in a tree leaf (an entry of a 16-byte name in a leaf two-thirds full: 64 bytes).
+    pub(crate) fn file_log_bytes(&self) -> u64 {
+        self.sb.block_size as u64 / inodes_per_block(self.sb.block_size) as u64 + 64
     }
 
-    // ------------------------------------------------------------------------------------
-    // Finding what is live
-    // ------------------------------------------------------------------------------------
+    /// Log bytes an operation needs free beyond what it adds: its in-flight charge and the
+    /// indirect blocks a small write is charged for. statfs keeps them back, so that what it
+    /// shows free can be had one operation at a time.
+    pub(crate) fn op_headroom_bytes(&self) -> u64 {
+        (OP_BLOCKS + 6) * self.sb.block_size as u64
+    }
 }
