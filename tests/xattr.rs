@@ -22,6 +22,12 @@ fn set(p: &Path, name: &str, value: &[u8]) {
     setxattr(p, name, value, 0, false).unwrap_or_else(|e| panic!("set {name}: {e}"));
 }
 
+/// `setfacl -m spec p`, which must succeed.
+fn setfacl_m(spec: &str, p: &Path) {
+    let ok = Command::new("setfacl").args(["-m", spec]).arg(p).status().unwrap();
+    assert!(ok.success(), "setfacl -m {spec} {}", p.display());
+}
+
 fn names(list: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = list.iter().map(|s| s.to_string()).collect();
     v.sort();
@@ -271,12 +277,7 @@ fn kill_9_after_fsync_keeps_the_attributes() {
             set(&p, "user.large", &large);
             if i % 8 == 0 {
                 // An ACL is an attribute too (and it changed the mode in the same step).
-                let ok = Command::new("setfacl")
-                    .args(["-m", "u:1001:rw,g:1003:r"])
-                    .arg(&p)
-                    .status()
-                    .unwrap();
-                assert!(ok.success(), "setfacl {}", p.display());
+                setfacl_m("u:1001:rw,g:1003:r", &p);
                 let acl = getxattr(&p, "system.posix_acl_access").unwrap();
                 acls.push((p.clone(), acl, fs::metadata(&p).unwrap().mode()));
             }
@@ -409,12 +410,7 @@ fn rsync_with_attributes_acls_and_hard_links_in_and_out() {
             if meta.is_dir() {
                 walk.push(p.clone());
                 set(&p, "user.dir", &[k]);
-                let acl = Command::new("setfacl")
-                    .args(["-m", "u:1001:rwx,d:u:1002:r-x,d:g:1003:rwx"])
-                    .arg(&p)
-                    .status()
-                    .unwrap();
-                assert!(acl.success());
+                setfacl_m("u:1001:rwx,d:u:1002:r-x,d:g:1003:rwx", &p);
             } else if meta.is_file() {
                 set(&p, "user.small", &[k; 3]);
                 set(&p, "trusted.t", &[k; 20]);
@@ -422,12 +418,7 @@ fn rsync_with_attributes_acls_and_hard_links_in_and_out() {
                     set(&p, "user.large", &value(2000 + k as usize * 20, k));
                 }
                 if k % 3 == 0 {
-                    let ok = Command::new("setfacl")
-                        .args(["-m", "u:1001:r,g:1003:rw"])
-                        .arg(&p)
-                        .status()
-                        .unwrap();
-                    assert!(ok.success());
+                    setfacl_m("u:1001:r,g:1003:rw", &p);
                 }
             } else if meta.file_type().is_symlink() {
                 setxattr(&p, "trusted.link", &[k], 0, true).unwrap();

@@ -42,6 +42,21 @@ pub struct AttrRecord {
     pub value: Option<Vec<u8>>,
 }
 
+impl AttrRecord {
+    /// Report this attribute as bad (`why`) in pass `pass`, for fsck -y to remove.
+    pub fn report_bad(&self, sink: &mut Sink, pass: &'static str, why: &str) {
+        sink.error(
+            pass,
+            format!("inode {}: attribute '{}': {why}", self.ino, self.name.escape_ascii()),
+        );
+        sink.found(Finding::Attribute {
+            ino: self.ino,
+            hash: self.hash,
+            name: self.name.clone(),
+        });
+    }
+}
+
 /// Attribute values worth keeping for pass 7.
 fn keeps_value(name: &[u8]) -> bool {
     name.starts_with(b"system.posix_acl_")
@@ -391,19 +406,7 @@ fn check_value_blocks(
                 a.value = value;
             }
             Some(why) => {
-                sink.error(
-                    NAME,
-                    format!(
-                        "inode {}: the value of attribute '{}' cannot be read: {why}",
-                        a.ino,
-                        a.name.escape_ascii()
-                    ),
-                );
-                sink.found(Finding::Attribute {
-                    ino: a.ino,
-                    hash: a.hash,
-                    name: a.name.clone(),
-                });
+                a.report_bad(sink, NAME, &format!("its value cannot be read: {why}"));
                 a.ids.clear();
             }
         }

@@ -44,21 +44,7 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
     if !ns.attrs_known {
         return;
     }
-    let bad = |sink: &mut Sink, a: &AttrRecord, why: &str| {
-        sink.error(
-            NAME,
-            format!(
-                "inode {}: attribute '{}': {why}",
-                a.ino,
-                a.name.escape_ascii()
-            ),
-        );
-        sink.found(Finding::Attribute {
-            ino: a.ino,
-            hash: a.hash,
-            name: a.name.clone(),
-        });
-    };
+    let bad = |sink: &mut Sink, a: &AttrRecord, why: &str| a.report_bad(sink, NAME, why);
     // Per inode: (flags its kept attributes call for, names bytes, all bytes).
     let mut have: HashMap<u64, (u32, usize, usize)> = HashMap::new();
     for a in &ns.attrs {

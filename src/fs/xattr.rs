@@ -196,8 +196,9 @@ impl Fs {
         (st.d.flags, st.d.generation, st.d.mode)
     }
 
-    /// The value of attribute `name`.
-    pub fn getxattr(&self, caller: &Caller, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+    /// The key of attribute `name` of `ino`, for `caller` to read; ENODATA, without looking in
+    /// the tree, when its flags say the inode has no attributes.
+    fn key_to_read(&self, caller: &Caller, ino: u64, name: &[u8]) -> Result<Key> {
         self.alive()?;
         let ns = namespace(name)?;
         let e = self.inode(ino)?;
@@ -206,7 +207,12 @@ impl Fs {
         if flags & IFLAG_XATTRS == 0 {
             return Err(FsError::Errno(libc::ENODATA));
         }
-        let key = self.tree.attr_key(ino, generation, name);
+        Ok(self.tree.attr_key(ino, generation, name))
+    }
+
+    /// The value of attribute `name`.
+    pub fn getxattr(&self, caller: &Caller, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        let key = self.key_to_read(caller, ino, name)?;
         self.tree
             .attr_read(&self.nodes(), &key)?
             .ok_or(FsError::Errno(libc::ENODATA))
@@ -214,15 +220,7 @@ impl Fs {
 
     /// The length of attribute `name`'s value (the size probe: no value block is read).
     pub fn getxattr_len(&self, caller: &Caller, ino: u64, name: &[u8]) -> Result<usize> {
-        self.alive()?;
-        let ns = namespace(name)?;
-        let e = self.inode(ino)?;
-        let (flags, generation, mode) = Self::attr_identity(&e);
-        check_read(caller, ns, mode)?;
-        if flags & IFLAG_XATTRS == 0 {
-            return Err(FsError::Errno(libc::ENODATA));
-        }
-        let key = self.tree.attr_key(ino, generation, name);
+        let key = self.key_to_read(caller, ino, name)?;
         match self.tree.attr_get(&self.nodes(), &key)? {
             Some(v) => Ok(v.len()),
             None => Err(FsError::Errno(libc::ENODATA)),
