@@ -68,13 +68,25 @@ fn cpath(p: &Path) -> CString {
 
 fn check(r: libc::c_int, what: &str, p: &Path) {
     if r < 0 {
-        panic!("{what} {}: {}", p.display(), std::io::Error::last_os_error());
+        panic!(
+            "{what} {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
     }
 }
 
 fn setxattr(p: &CString, name: &str, value: &[u8], path: &Path) {
     let n = CString::new(name).unwrap();
-    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
     check(r, "setxattr", path);
 }
 
@@ -85,7 +97,13 @@ fn create(dir: &Path, files: usize, attrs: bool) -> f64 {
     for i in 0..files {
         let p = dir.join(format!("f{i:07}"));
         let c = cpath(&p);
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644) };
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                0o644,
+            )
+        };
         check(fd, "open", &p);
         unsafe { libc::close(fd) };
         if attrs {
@@ -99,7 +117,13 @@ fn create(dir: &Path, files: usize, attrs: bool) -> f64 {
 /// Write `mib` MiB in 4 KiB pwrites to a new file `p` (with attributes if `attrs`); MiB/s.
 fn write4k(p: &Path, mib: usize, attrs: bool) -> f64 {
     let c = cpath(p);
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            0o644,
+        )
+    };
     check(fd, "open", p);
     if attrs {
         setxattr(&c, "user.a", &[1; 16], p);
@@ -109,7 +133,13 @@ fn write4k(p: &Path, mib: usize, attrs: bool) -> f64 {
     let start = Instant::now();
     for k in 0..mib * 256 {
         let n = unsafe { libc::pwrite(fd, block.as_ptr().cast(), 4096, k as i64 * 4096) };
-        assert_eq!(n, 4096, "pwrite {}: {}", p.display(), std::io::Error::last_os_error());
+        assert_eq!(
+            n,
+            4096,
+            "pwrite {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
     }
     check(unsafe { libc::fsync(fd) }, "fsync", p);
     let rate = mib as f64 / start.elapsed().as_secs_f64();
@@ -120,12 +150,37 @@ fn write4k(p: &Path, mib: usize, attrs: bool) -> f64 {
 
 fn main() {
     let a = parse_args();
-    type Phase<'a> = (&'static str, &'static str, bool, Box<dyn Fn(usize) -> f64 + 'a>);
+    type Phase<'a> = (
+        &'static str,
+        &'static str,
+        bool,
+        Box<dyn Fn(usize) -> f64 + 'a>,
+    );
     let phases: [Phase; 4] = [
-        ("create", "ops/s", false, Box::new(|r| create(&a.dir.join(format!("plain{r}")), a.files, false))),
-        ("create+2xattr", "ops/s", true, Box::new(|r| create(&a.dir.join(format!("attrs{r}")), a.files, true))),
-        ("write4k", "MiB/s", false, Box::new(|r| write4k(&a.dir.join(format!("w{r}")), a.write_mib, false))),
-        ("write4k+xattr", "MiB/s", true, Box::new(|r| write4k(&a.dir.join(format!("wx{r}")), a.write_mib, true))),
+        (
+            "create",
+            "ops/s",
+            false,
+            Box::new(|r| create(&a.dir.join(format!("plain{r}")), a.files, false)),
+        ),
+        (
+            "create+2xattr",
+            "ops/s",
+            true,
+            Box::new(|r| create(&a.dir.join(format!("attrs{r}")), a.files, true)),
+        ),
+        (
+            "write4k",
+            "MiB/s",
+            false,
+            Box::new(|r| write4k(&a.dir.join(format!("w{r}")), a.write_mib, false)),
+        ),
+        (
+            "write4k+xattr",
+            "MiB/s",
+            true,
+            Box::new(|r| write4k(&a.dir.join(format!("wx{r}")), a.write_mib, true)),
+        ),
     ];
     let mut best = [0.0f64; 4];
     for r in 0..a.rounds {

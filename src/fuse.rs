@@ -414,9 +414,13 @@ impl Filesystem for DualFuse {
         reply: ReplyEntry,
     ) {
         let mode = (mode & libc::S_IFMT) | (mode & 0o7777);
-        let result =
-            self.fs
-                .mknod(&caller_with_umask(req, umask), parent.0, name.as_bytes(), mode, rdev);
+        let result = self.fs.mknod(
+            &caller_with_umask(req, umask),
+            parent.0,
+            name.as_bytes(),
+            mode,
+            rdev,
+        );
         self.entry(reply, result, "mknod", parent.0);
     }
 
@@ -529,8 +533,7 @@ impl Filesystem for DualFuse {
             name.as_bytes(),
             mode,
             flags,
-        )
-        {
+        ) {
             Ok((attr, fh)) => reply.created(
                 &self.config.ttl,
                 &file_attr(&attr),
@@ -995,7 +998,6 @@ mod tests {
         );
         assert_eq!(rename_flags(RenameFlags::from_bits_retain(1 << 20)), None);
     }
-
 
     #[test]
     fn writeback_cache_widens_write_only_opens() {

@@ -2,7 +2,7 @@
 
 mod cli;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::os::fd::IntoRawFd;
@@ -68,7 +68,10 @@ fn main() -> ExitCode {
     if cli::helper::invoked_as_helper(&args) {
         return cli::helper::run(args);
     }
-    let cli = Cli::parse_from(cli::helper::with_mount_word(args));
+    // The subcommands as clap knows them, so a new one is never taken for a META path.
+    let command = Cli::command();
+    let subcommands: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+    let cli = Cli::parse_from(cli::helper::with_mount_word(args, &subcommands));
     match cli.command {
         Command::Mount(args) => cli::mount::run(args),
         Command::Umount(args) => cli::umount::run(args),
@@ -88,6 +91,26 @@ fn ensure_standard_streams_open() {
             // open(2) returns the lowest free descriptor, which is this one; keep it open.
             let null = OpenOptions::new().read(true).write(true).open("/dev/null");
             let _ = null.map(IntoRawFd::into_raw_fd);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No subcommand, present or future, is taken for the META of mount(8)'s form.
+    #[test]
+    fn every_subcommand_is_kept_as_it_is() {
+        let command = Cli::command();
+        let names: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+        assert!(names.contains(&"info") && names.contains(&"mount"));
+        for name in &names {
+            let args: Vec<OsString> = ["dualfs", name, "/a", "/b"]
+                .iter()
+                .map(OsString::from)
+                .collect();
+            assert_eq!(cli::helper::with_mount_word(args.clone(), &names), args);
         }
     }
 }

@@ -30,7 +30,12 @@ fn setfacl(args: &[&str], p: &Path) -> Result<(), String> {
 /// inherited by what it starts.
 fn own_umask() {
     let r = unsafe { libc::unshare(libc::CLONE_FS) };
-    assert_eq!(r, 0, "unshare(CLONE_FS): {}", std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "unshare(CLONE_FS): {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// getfacl of `p` without the comment header or effective-rights comments, one entry a line.
@@ -40,7 +45,11 @@ fn getfacl(p: &Path) -> Vec<String> {
         .arg(p)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -77,7 +86,14 @@ fn setfacl_getfacl_round_trip_and_the_mode_follows_the_mask() {
         setfacl(&["-m", "u:1002:rw,g:1003:r"], &f).unwrap();
         assert_eq!(
             getfacl(&f),
-            lines(&["user::rw-", "user:1002:rw-", "group::r--", "group:1003:r--", "mask::rw-", "other::---"])
+            lines(&[
+                "user::rw-",
+                "user:1002:rw-",
+                "group::r--",
+                "group:1003:r--",
+                "mask::rw-",
+                "other::---"
+            ])
         );
         // The group class of the mode is the mask.
         assert_eq!(perm(&f), 0o660);
@@ -87,7 +103,10 @@ fn setfacl_getfacl_round_trip_and_the_mode_follows_the_mask() {
         // An ACL that the mode can say is not kept: the mode is it.
         setfacl(&["-b"], &f).unwrap();
         assert_errno!(getxattr(&f, "system.posix_acl_access"), libc::ENODATA);
-        assert_eq!(getfacl(&f), lines(&["user::rw-", "group::r--", "other::---"]));
+        assert_eq!(
+            getfacl(&f),
+            lines(&["user::rw-", "group::r--", "other::---"])
+        );
         setfacl(&["-m", "u::rwx,g::r-x,o::r--"], &f).unwrap();
         assert_eq!(perm(&f), 0o754);
         assert_errno!(getxattr(&f, "system.posix_acl_access"), libc::ENODATA);
@@ -146,7 +165,9 @@ fn named_entries_grant_and_the_mask_limits_them() {
         fs::write(sub.join("inside"), b"i").unwrap();
         sys::chmod(sub.join("inside"), 0o644).unwrap();
     });
-    as_user(bu, bg, || assert_errno!(fs::read(sub.join("inside")), libc::EACCES));
+    as_user(bu, bg, || {
+        assert_errno!(fs::read(sub.join("inside")), libc::EACCES)
+    });
     as_user(au, ag, || setfacl(&["-m", "u:1002:rx"], &sub)).unwrap();
     as_user(bu, bg, || {
         assert_eq!(fs::read(sub.join("inside")).unwrap(), b"i");
@@ -172,14 +193,23 @@ fn default_acls_are_inherited_instead_of_the_umask() {
         acl.retain(|l| !l.starts_with("default:"));
         assert_eq!(
             acl,
-            lines(&["user::rw-", "user:1002:rwx", "group::r-x", "mask::rw-", "other::---"])
+            lines(&[
+                "user::rw-",
+                "user:1002:rwx",
+                "group::r-x",
+                "mask::rw-",
+                "other::---"
+            ])
         );
         assert_eq!(perm(&top.join("file")), 0o660);
         // A directory takes the default ACL as its own default too.
         sys::mkdir(top.join("dir"), 0o777).unwrap();
         let dacl = getfacl(&top.join("dir"));
         assert!(dacl.contains(&"user:1002:rwx".to_string()), "{dacl:?}");
-        assert!(dacl.contains(&"default:user:1002:rwx".to_string()), "{dacl:?}");
+        assert!(
+            dacl.contains(&"default:user:1002:rwx".to_string()),
+            "{dacl:?}"
+        );
         assert_eq!(perm(&top.join("dir")), 0o770);
         // And passes it on.
         fs::write(top.join("dir/deeper"), b"x").unwrap();
@@ -194,7 +224,10 @@ fn default_acls_are_inherited_instead_of_the_umask() {
     });
     assert_eq!(perm(&d.join("plain")), 0o640);
     assert_eq!(perm(&d.join("plaindir")), 0o750);
-    assert_errno!(getxattr(d.join("plain"), "system.posix_acl_access"), libc::ENODATA);
+    assert_errno!(
+        getxattr(d.join("plain"), "system.posix_acl_access"),
+        libc::ENODATA
+    );
     as_user(bu, bg, || {
         assert_eq!(fs::read(top.join("dir/deeper")).unwrap(), b"x");
         fs::write(top.join("dir/deeper"), b"bob was here").unwrap();
@@ -223,7 +256,13 @@ fn chmod_rewrites_the_acl_and_a_non_member_loses_setgid() {
         sys::chmod(&f, 0o640).unwrap();
         assert_eq!(
             getfacl(&f),
-            lines(&["user::rw-", "user:1002:rwx", "group::r--", "mask::r--", "other::---"])
+            lines(&[
+                "user::rw-",
+                "user:1002:rwx",
+                "group::r--",
+                "mask::r--",
+                "other::---"
+            ])
         );
         sys::chmod(&f, 0o777).unwrap();
         assert!(getfacl(&f).contains(&"mask::rwx".to_string()));

@@ -24,7 +24,11 @@ fn set(p: &Path, name: &str, value: &[u8]) {
 
 /// `setfacl -m spec p`, which must succeed.
 fn setfacl_m(spec: &str, p: &Path) {
-    let ok = Command::new("setfacl").args(["-m", spec]).arg(p).status().unwrap();
+    let ok = Command::new("setfacl")
+        .args(["-m", spec])
+        .arg(p)
+        .status()
+        .unwrap();
     assert!(ok.success(), "setfacl -m {spec} {}", p.display());
 }
 
@@ -87,7 +91,11 @@ fn get_set_list_remove_and_their_errors() {
         setxattr(&f, "user.big", &value(65537, 1), 0, false),
         libc::E2BIG
     );
-    assert_eq!(getxattr(&f, "user.big").unwrap(), big, "a refused set leaves it");
+    assert_eq!(
+        getxattr(&f, "user.big").unwrap(),
+        big,
+        "a refused set leaves it"
+    );
     // Replacing a large value by a small one and back.
     set(&f, "user.big", b"small now");
     assert_eq!(getxattr(&f, "user.big").unwrap(), b"small now");
@@ -99,7 +107,10 @@ fn get_set_list_remove_and_their_errors() {
     set(&f, "security.test", b"label");
     assert_eq!(getxattr(&f, "trusted.gfid").unwrap(), [1; 16]);
     assert_errno!(setxattr(&f, "foo.bar", b"v", 0, false), libc::EOPNOTSUPP);
-    assert_errno!(setxattr(&f, "system.nope", b"v", 0, false), libc::EOPNOTSUPP);
+    assert_errno!(
+        setxattr(&f, "system.nope", b"v", 0, false),
+        libc::EOPNOTSUPP
+    );
     assert_eq!(
         listxattr(&f).unwrap(),
         names(&["security.test", "trusted.gfid", "user.b", "user.big", &long])
@@ -109,7 +120,10 @@ fn get_set_list_remove_and_their_errors() {
     let before = sys::ctime(&sys::stat(&f));
     std::thread::sleep(std::time::Duration::from_millis(20));
     set(&f, "user.c", b"1");
-    assert!(sys::ctime(&sys::stat(&f)) > before, "setxattr updates ctime");
+    assert!(
+        sys::ctime(&sys::stat(&f)) > before,
+        "setxattr updates ctime"
+    );
 
     // Directories take user attributes; symlinks and special files do not (Linux's rule),
     // but they take security ones.
@@ -122,8 +136,15 @@ fn get_set_list_remove_and_their_errors() {
     assert_errno!(setxattr(&l, "user.x", b"1", 0, true), libc::EPERM);
     assert_errno!(getxattr_sized(&l, "user.x", 0, true), libc::ENODATA);
     setxattr(&l, "security.test", b"link", 0, true).unwrap();
-    assert_eq!(getxattr_sized(&l, "security.test", 16, true).unwrap().1, b"link");
-    assert_eq!(getxattr(&l, "user.big").unwrap(), big, "through the link: the file's");
+    assert_eq!(
+        getxattr_sized(&l, "security.test", 16, true).unwrap().1,
+        b"link"
+    );
+    assert_eq!(
+        getxattr(&l, "user.big").unwrap(),
+        big,
+        "through the link: the file's"
+    );
     let p = fs.join("fifo");
     sys::mkfifo(&p, 0o644).unwrap();
     assert_errno!(setxattr(&p, "user.x", b"1", 0, false), libc::EPERM);
@@ -227,10 +248,19 @@ fn attributes_survive_remounts_and_go_with_their_inode() {
     set(&d, "user.dir", b"d");
     fs.remount();
     let check = |i: usize| {
-        assert_eq!(getxattr(file(i), "user.small").unwrap(), format!("{i}").as_bytes());
-        assert_eq!(getxattr(file(i), "trusted.gfid").unwrap(), (i as u128).to_le_bytes());
+        assert_eq!(
+            getxattr(file(i), "user.small").unwrap(),
+            format!("{i}").as_bytes()
+        );
+        assert_eq!(
+            getxattr(file(i), "trusted.gfid").unwrap(),
+            (i as u128).to_le_bytes()
+        );
         if i % 10 == 0 {
-            assert_eq!(getxattr(file(i), "user.large").unwrap(), value(5000 + i, i as u8));
+            assert_eq!(
+                getxattr(file(i), "user.large").unwrap(),
+                value(5000 + i, i as u8)
+            );
         }
     };
     (0..300).for_each(check);
@@ -243,7 +273,12 @@ fn attributes_survive_remounts_and_go_with_their_inode() {
     for i in 0..150 {
         let p = d.join(format!("new{i:03}"));
         fs::write(&p, b"y").unwrap();
-        assert_eq!(listxattr(&p).unwrap(), Vec::<String>::new(), "{}", p.display());
+        assert_eq!(
+            listxattr(&p).unwrap(),
+            Vec::<String>::new(),
+            "{}",
+            p.display()
+        );
     }
     (150..300).for_each(check);
     fs.remount();
@@ -254,7 +289,10 @@ fn attributes_survive_remounts_and_go_with_their_inode() {
     set(&p, "user.large", &value(9000, 1));
     let held = fs::File::open(&p).unwrap();
     fs::remove_file(&p).unwrap();
-    let fd_path = format!("/proc/self/fd/{}", std::os::unix::io::AsRawFd::as_raw_fd(&held));
+    let fd_path = format!(
+        "/proc/self/fd/{}",
+        std::os::unix::io::AsRawFd::as_raw_fd(&held)
+    );
     assert_eq!(getxattr(&fd_path, "user.large").unwrap(), value(9000, 1));
     drop(held);
 }
@@ -292,11 +330,26 @@ fn kill_9_after_fsync_keeps_the_attributes() {
         fs.mount();
         fs::metadata(fs.path()).expect("the recovered file system answers");
         for (p, small, large) in &durable {
-            assert_eq!(&getxattr(p, "user.small").unwrap(), small, "{}", p.display());
-            assert_eq!(&getxattr(p, "user.large").unwrap(), large, "{}", p.display());
+            assert_eq!(
+                &getxattr(p, "user.small").unwrap(),
+                small,
+                "{}",
+                p.display()
+            );
+            assert_eq!(
+                &getxattr(p, "user.large").unwrap(),
+                large,
+                "{}",
+                p.display()
+            );
         }
         for (p, acl, mode) in &acls {
-            assert_eq!(&getxattr(p, "system.posix_acl_access").unwrap(), acl, "{}", p.display());
+            assert_eq!(
+                &getxattr(p, "system.posix_acl_access").unwrap(),
+                acl,
+                "{}",
+                p.display()
+            );
             assert_eq!(fs::metadata(p).unwrap().mode(), *mode, "{}", p.display());
         }
         if let Ok(v) = getxattr(&late, "user.late") {
@@ -317,7 +370,10 @@ fn orphans_with_attributes(d: &Path, stem: &str, n: u8) -> Vec<fs::File> {
             set(&p, "user.large", &value(20_000, i));
             let held = fs::File::open(&p).unwrap();
             fs::remove_file(&p).unwrap();
-            let fd = format!("/proc/self/fd/{}", std::os::unix::io::AsRawFd::as_raw_fd(&held));
+            let fd = format!(
+                "/proc/self/fd/{}",
+                std::os::unix::io::AsRawFd::as_raw_fd(&held)
+            );
             assert_eq!(getxattr(&fd, "user.large").unwrap(), value(20_000, i));
             held
         })
@@ -334,7 +390,12 @@ fn orphans_take_their_attributes_when_closed_and_at_mount_after_a_crash() {
         for i in 0..8 {
             let p = d.join(format!("{stem}{i}"));
             fs::write(&p, b"y").unwrap();
-            assert_eq!(listxattr(&p).unwrap(), Vec::<String>::new(), "{}", p.display());
+            assert_eq!(
+                listxattr(&p).unwrap(),
+                Vec::<String>::new(),
+                "{}",
+                p.display()
+            );
         }
     };
     // The last close frees them; the checker at the remount finds no attribute of a free
@@ -375,10 +436,15 @@ fn canonical(dump: &str) -> Vec<Vec<String>> {
 fn dumps(dir: &Path) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
     let run = |cmd: &mut Command| {
         let out = cmd.current_dir(dir).output().expect("run getfattr/getfacl");
-        assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         canonical(&String::from_utf8(out.stdout).unwrap())
     };
-    let attrs = run(Command::new("getfattr").args(["-R", "-h", "-d", "-m", "-", "--absolute-names", "."]));
+    let attrs =
+        run(Command::new("getfattr").args(["-R", "-h", "-d", "-m", "-", "--absolute-names", "."]));
     let acls = run(Command::new("getfacl").args(["-R", "-p", "."]));
     (attrs, acls)
 }
@@ -444,8 +510,13 @@ fn rsync_with_attributes_acls_and_hard_links_in_and_out() {
                 dirs.push(p);
             }
         }
-        sys::utimens(&dir, sys::SetTs::Omit, sys::SetTs::At(back_then, 123_456_789), true)
-            .unwrap();
+        sys::utimens(
+            &dir,
+            sys::SetTs::Omit,
+            sys::SetTs::At(back_then, 123_456_789),
+            true,
+        )
+        .unwrap();
     }
     let rsync = |from: &Path, to: &Path| {
         let out = Command::new("rsync")
@@ -470,7 +541,9 @@ fn rsync_with_attributes_acls_and_hard_links_in_and_out() {
     rsync(&dst, &back);
     let want = dumps(&s);
     let has = |d: &[Vec<String>], needle: &str| d.iter().flatten().any(|l| l.contains(needle));
-    assert!(has(&want.0, "user.large") && has(&want.0, "trusted.link") && has(&want.1, "user:1001:"));
+    assert!(
+        has(&want.0, "user.large") && has(&want.0, "trusted.link") && has(&want.1, "user:1001:")
+    );
     assert_eq!(dumps(&dst), want, "on DualFS after a remount");
     assert_eq!(dumps(&back), want, "copied back");
     tree::compare_trees(&s, &dst, tree::CompareOpts::default());

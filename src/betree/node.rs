@@ -582,12 +582,10 @@ fn merge_covering(buffer: &mut Vec<Message>, incoming: Vec<Message>) -> isize {
         let tail = (from < to)
             .then(|| &buffer[to - 1])
             .and_then(|last| match (&last.op, &end) {
-                (MessageOp::DeleteRange(last_end), Some(end)) if end < last_end => {
-                    Some(Message {
-                        key: end.clone(),
-                        op: MessageOp::DeleteRange(last_end.clone()),
-                    })
-                }
+                (MessageOp::DeleteRange(last_end), Some(end)) if end < last_end => Some(Message {
+                    key: end.clone(),
+                    op: MessageOp::DeleteRange(last_end.clone()),
+                }),
                 _ => None,
             });
         replacement.push(message);

@@ -47,7 +47,11 @@ impl AttrRecord {
     pub fn report_bad(&self, sink: &mut Sink, pass: &'static str, why: &str) {
         sink.error(
             pass,
-            format!("inode {}: attribute '{}': {why}", self.ino, self.name.escape_ascii()),
+            format!(
+                "inode {}: attribute '{}': {why}",
+                self.ino,
+                self.name.escape_ascii()
+            ),
         );
         sink.found(Finding::Attribute {
             ino: self.ino,
@@ -374,7 +378,9 @@ fn check_value_blocks(
         for (k, &id) in a.ids.iter().enumerate() {
             let want = per.min(a.len - k * per);
             let part = if id >= next_id || reached.contains(&id) {
-                Err(format!("block id {id} is not free for it (used, or never allocated)"))
+                Err(format!(
+                    "block id {id} is not free for it (used, or never allocated)"
+                ))
             } else {
                 loader
                     .load_node(id)

@@ -74,7 +74,11 @@ pub fn run(sink: &mut Sink, ns: &Namespace, inodes: &Inodes) {
         if *names + a.name.len() + 1 > XATTR_NAMES_TOTAL_MAX
             || *all + a.name.len() + a.len > XATTR_TOTAL_MAX
         {
-            bad(sink, a, "the inode's attributes are past their limits with it");
+            bad(
+                sink,
+                a,
+                "the inode's attributes are past their limits with it",
+            );
             continue;
         }
         *names += a.name.len() + 1;

@@ -16,9 +16,6 @@ use std::process::ExitCode;
 /// The names the mount(8) helper is installed as.
 const HELPER_NAMES: [&str; 2] = ["mount.dualfs", "mount.fuse.dualfs"];
 
-/// The subcommands of `dualfs` (and clap's `help`).
-const SUBCOMMANDS: [&str; 4] = ["mount", "umount", "sync", "help"];
-
 /// Was this program run as the mount(8) helper?
 pub fn invoked_as_helper(args: &[OsString]) -> bool {
     args.first()
@@ -28,12 +25,13 @@ pub fn invoked_as_helper(args: &[OsString]) -> bool {
 
 /// mount.fuse3's form, `dualfs META MOUNTPOINT -o OPTIONS`, is `dualfs mount META
 /// MOUNTPOINT -o OPTIONS`: two paths first and no subcommand. Anything else (a mistyped
-/// subcommand, `--help`) is left for clap to answer.
-pub fn with_mount_word(mut args: Vec<OsString>) -> Vec<OsString> {
+/// subcommand, `--help`) is left for clap to answer. `subcommands`: the program's, as clap
+/// has them (`help` is always one).
+pub fn with_mount_word(mut args: Vec<OsString>, subcommands: &[&str]) -> Vec<OsString> {
     let is_path = |arg: Option<&OsString>| {
         arg.is_some_and(|a| {
             let text = a.to_string_lossy();
-            !text.starts_with('-') && !SUBCOMMANDS.contains(&text.as_ref())
+            !text.starts_with('-') && text != "help" && !subcommands.contains(&text.as_ref())
         })
     };
     if is_path(args.get(1)) && is_path(args.get(2)) {
@@ -117,6 +115,8 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
 mod tests {
     use super::*;
 
+    const SUBCOMMANDS: &[&str] = &["mount", "umount", "sync", "info", "tune"];
+
     fn os(args: &[&str]) -> Vec<OsString> {
         args.iter().map(OsString::from).collect()
     }
@@ -124,19 +124,25 @@ mod tests {
     #[test]
     fn mount_fuse3_form_gets_the_mount_word() {
         assert_eq!(
-            with_mount_word(os(&["dualfs", "/m.img", "/mnt", "-o", "rw,dev"])),
+            with_mount_word(
+                os(&["dualfs", "/m.img", "/mnt", "-o", "rw,dev"]),
+                SUBCOMMANDS
+            ),
             os(&["dualfs", "mount", "/m.img", "/mnt", "-o", "rw,dev"])
         );
         for unchanged in [
             &["dualfs", "mount", "/m.img", "/mnt"][..],
             &["dualfs", "umount", "/mnt"],
             &["dualfs", "sync", "/mnt"],
+            &["dualfs", "info", "/m.img"],
+            &["dualfs", "tune", "/m.img", "--label", "x"],
+            &["dualfs", "help", "mount"],
             &["dualfs", "mout"],
             &["dualfs", "--help"],
             &["dualfs", "-V", "x"],
             &["dualfs"],
         ] {
-            assert_eq!(with_mount_word(os(unchanged)), os(unchanged));
+            assert_eq!(with_mount_word(os(unchanged), SUBCOMMANDS), os(unchanged));
         }
     }
 

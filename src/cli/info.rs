@@ -6,13 +6,13 @@
 use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::mount::device_path;
-use dualfs::mountinfo::fuse_mounts_of;
 use dualfs::clean::control::{Client, Status};
 use dualfs::device::{BlockDevice, FileDevice, OpenMode};
 use dualfs::format::superblock::Superblock;
 use dualfs::format::FORMAT_VERSION;
 use dualfs::fs::{read_superblock, Fs, MountOptions};
 use dualfs::log::checkpoint::read_newest;
+use dualfs::mountinfo::fuse_mounts_of;
 use dualfs::output::{human_bytes, write_stdout};
 use serde::Serialize;
 use std::ffi::OsStr;

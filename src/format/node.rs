@@ -597,7 +597,9 @@ fn read_value(r: &mut Reader, a: u64, kind: u8, block_size: usize) -> Result<Val
             let len = usize::try_from(a)
                 .ok()
                 .filter(|&n| n <= attr_inline_max(block_size))
-                .ok_or_else(|| FsError::corrupt("tree node", format!("inline value of {a} bytes")))?;
+                .ok_or_else(|| {
+                    FsError::corrupt("tree node", format!("inline value of {a} bytes"))
+                })?;
             Value::Attr(AttrValue::Inline(Arc::from(r.bytes(len)?)))
         }
         KIND_ATTR_BLOCKS => {
@@ -1021,7 +1023,8 @@ mod tests {
         e.key.hash = ATTR_HASH_BASE + 1;
         assert!(bad(vec![e]));
         // Inline values up to B/16; block values above it, up to 64 KiB, with the right count.
-        let inline = |n: usize| attr_entry(6, b"user.a", AttrValue::Inline(Arc::from(vec![1u8; n])));
+        let inline =
+            |n: usize| attr_entry(6, b"user.a", AttrValue::Inline(Arc::from(vec![1u8; n])));
         assert!(!bad(vec![inline(256)]));
         assert!(bad(vec![inline(257)]));
         let blocks = |len: u32, ids: &[u64]| {

@@ -321,4 +321,3 @@ mod tests {
         assert!(Superblock::decode(&sb.encode()).is_err());
     }
 }
-

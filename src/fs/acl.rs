@@ -228,11 +228,34 @@ mod tests {
     fn invalid_acls_are_refused() {
         let bad = |a: Acl| Acl::decode(&a.encode()).is_err();
         // No mask with a named entry; entries out of order; unknown tag; perm bits; two owners.
-        assert!(bad(acl(&[(USER_OBJ, 6, U), (USER, 4, 1), (GROUP_OBJ, 4, U), (OTHER, 0, U)])));
-        assert!(bad(acl(&[(GROUP_OBJ, 4, U), (USER_OBJ, 6, U), (OTHER, 0, U)])));
-        assert!(bad(acl(&[(USER_OBJ, 6, U), (GROUP_OBJ, 4, U), (0x40, 0, U), (OTHER, 0, U)])));
-        assert!(bad(acl(&[(USER_OBJ, 8, U), (GROUP_OBJ, 4, U), (OTHER, 0, U)])));
-        assert!(bad(acl(&[(USER_OBJ, 6, U), (USER_OBJ, 6, U), (GROUP_OBJ, 4, U), (OTHER, 0, U)])));
+        assert!(bad(acl(&[
+            (USER_OBJ, 6, U),
+            (USER, 4, 1),
+            (GROUP_OBJ, 4, U),
+            (OTHER, 0, U)
+        ])));
+        assert!(bad(acl(&[
+            (GROUP_OBJ, 4, U),
+            (USER_OBJ, 6, U),
+            (OTHER, 0, U)
+        ])));
+        assert!(bad(acl(&[
+            (USER_OBJ, 6, U),
+            (GROUP_OBJ, 4, U),
+            (0x40, 0, U),
+            (OTHER, 0, U)
+        ])));
+        assert!(bad(acl(&[
+            (USER_OBJ, 8, U),
+            (GROUP_OBJ, 4, U),
+            (OTHER, 0, U)
+        ])));
+        assert!(bad(acl(&[
+            (USER_OBJ, 6, U),
+            (USER_OBJ, 6, U),
+            (GROUP_OBJ, 4, U),
+            (OTHER, 0, U)
+        ])));
         assert!(bad(acl(&[(USER_OBJ, 6, U), (GROUP_OBJ, 4, U)])));
         assert!(bad(acl(&[])));
         let good = acl(&[(USER_OBJ, 6, U), (GROUP_OBJ, 4, U), (OTHER, 0, U)]).encode();

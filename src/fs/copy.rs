@@ -11,8 +11,8 @@
 //! itself, before asking.
 
 use super::clean::Admit;
-use super::flags::Change;
 use super::file::regular_size;
+use super::flags::Change;
 use super::inode::InodeEntry;
 use super::Fs;
 use crate::format::bmap::{max_blocks, DataPtr};

@@ -15,8 +15,8 @@
 //! file as it was.
 
 use super::clean::Admit;
-use super::flags::Change;
 use super::file::regular_size;
+use super::flags::Change;
 use super::inode::InodeEntry;
 use super::types::Timespec;
 use super::{bmap, Fs};

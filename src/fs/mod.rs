@@ -27,13 +27,13 @@ mod seek;
 pub mod types;
 mod xattr;
 
+pub(crate) use acl::valid_acl;
 pub use copy::COPY_MAX;
 pub use mount::{check_pair, read_superblock};
 pub use seek::Whence;
 pub use types::*;
-pub use xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
-pub(crate) use acl::valid_acl;
 pub(crate) use xattr::{namespace as xattr_namespace, Namespace as XattrNamespace};
+pub use xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
 
 use crate::betree::{BeTree, NodeLoader};
 use crate::device::BlockDevice;
@@ -339,10 +339,10 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
 }
 
 #[cfg(test)]
+mod falloc_tests;
+#[cfg(test)]
 mod flags_tests;
 #[cfg(test)]
 mod node_id_tests;
-#[cfg(test)]
-mod falloc_tests;
 #[cfg(test)]
 mod tests;

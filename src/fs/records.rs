@@ -114,7 +114,10 @@ mod tests {
         let log = RecordLog::new(4096, 4096);
         {
             let mut g = log.lock();
-            g.push(Record::IFree { ino: 5, generation: 0 });
+            g.push(Record::IFree {
+                ino: 5,
+                generation: 0,
+            });
             g.push(Record::Dead { addr: 9, count: 3 });
             // Crosses from group 0 into group 1: two bitmap blocks, one descriptor block.
             g.push(Record::DAlloc {

@@ -226,7 +226,13 @@ impl Fs {
     }
 
     /// Put an attribute record back under its key (a tree rebuild), its value stored anew.
-    pub(crate) fn repair_set_attr(&self, ino: u64, hash: u64, name: &[u8], value: &[u8]) -> Result<()> {
+    pub(crate) fn repair_set_attr(
+        &self,
+        ino: u64,
+        hash: u64,
+        name: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
         let _g = self.gate.read();
         let key = crate::betree::Key::new(ino, hash, name);
         self.tree.attr_set(&self.nodes(), key, ino, value, &[])

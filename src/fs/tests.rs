@@ -430,18 +430,27 @@ fn a_file_without_attributes_is_answered_from_its_flags() {
     fs.release(f.ino, fh).unwrap();
     // A record the flags do not announce (only a damaged image has one): the probe the kernel
     // makes before every write, and any getxattr, never look in the tree for it.
-    let key_hash = crate::format::node::attr_hash(f.generation, fs.tree.hash(b"security.capability"));
+    let key_hash =
+        crate::format::node::attr_hash(f.generation, fs.tree.hash(b"security.capability"));
     fs.repair_set_attr(f.ino, key_hash, b"security.capability", b"caps")
         .unwrap();
     for name in [&b"security.capability"[..], b"user.x"] {
-        assert_eq!(fs.getxattr_len(&root, f.ino, name).unwrap_err().errno(), libc::ENODATA);
-        assert_eq!(fs.getxattr(&root, f.ino, name).unwrap_err().errno(), libc::ENODATA);
+        assert_eq!(
+            fs.getxattr_len(&root, f.ino, name).unwrap_err().errno(),
+            libc::ENODATA
+        );
+        assert_eq!(
+            fs.getxattr(&root, f.ino, name).unwrap_err().errno(),
+            libc::ENODATA
+        );
     }
     assert!(fs.listxattr(&root, f.ino).unwrap().is_empty());
     // Once it has an attribute of its own, its records are read.
     fs.setxattr(&root, f.ino, b"user.x", b"1", XattrFlags::default())
         .unwrap();
-    assert_eq!(fs.getxattr(&root, f.ino, b"security.capability").unwrap(), b"caps");
+    assert_eq!(
+        fs.getxattr(&root, f.ino, b"security.capability").unwrap(),
+        b"caps"
+    );
     fs.unmount().unwrap();
 }
-

@@ -288,7 +288,8 @@ impl Fs {
                     }
                 } else {
                     let (mut m, equivalent) = parsed.equiv_mode(mode);
-                    let in_group = caller.gid == gid || super::attr::groups_of(caller.pid).contains(&gid);
+                    let in_group =
+                        caller.gid == gid || super::attr::groups_of(caller.pid).contains(&gid);
                     if !in_group && !capable(caller, CAP_FSETID) {
                         m &= !libc::S_ISGID;
                     }
@@ -311,7 +312,8 @@ impl Fs {
         }
         if let Change::Set(v) = &change {
             let (names, all) = list.totals();
-            let (old_names, old_all) = old.map_or((0, 0), |(k, v)| (k.name.len() + 1, k.name.len() + v.len()));
+            let (old_names, old_all) =
+                old.map_or((0, 0), |(k, v)| (k.name.len() + 1, k.name.len() + v.len()));
             if names - old_names + name.len() + 1 > XATTR_NAMES_TOTAL_MAX
                 || all - old_all + name.len() + v.len() > XATTR_TOTAL_MAX
             {
@@ -424,7 +426,10 @@ impl Fs {
             return Ok((mode & !(caller.umask & 0o777), Vec::new()));
         };
         let parsed = Acl::decode(&default).map_err(|_| {
-            FsError::corrupt("ACL", format!("directory {}'s default ACL is invalid", pe.ino))
+            FsError::corrupt(
+                "ACL",
+                format!("directory {}'s default ACL is invalid", pe.ino),
+            )
         })?;
         let mut access = parsed.clone();
         let (mode, store) = access.create_masq(mode);
@@ -449,7 +454,10 @@ impl Fs {
         let mut records = Vec::new();
         for (name, value) in attrs {
             let key = self.tree.attr_key(ino, generation, name);
-            if let Err(e) = self.tree.attr_set(&self.nodes(), key.clone(), ino, value, &[]) {
+            if let Err(e) = self
+                .tree
+                .attr_set(&self.nodes(), key.clone(), ino, value, &[])
+            {
                 // Undo what went in: a tree mutation is all or nothing, so only whole
                 // records are there.
                 let (lower, upper) = attr_range(ino, generation);

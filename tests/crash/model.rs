@@ -651,7 +651,9 @@ impl ViewEntry {
             s += &format!(" (inode of /{})", self.first_name);
         }
         for (name, value) in &self.attrs {
-            let digest = value.iter().fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(b as u32));
+            let digest = value
+                .iter()
+                .fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(b as u32));
             s += &format!(" {name}={}b#{digest:08x}", value.len());
         }
         s

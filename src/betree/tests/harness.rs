@@ -332,8 +332,13 @@ impl Harness {
     /// live attributes: nothing leaked, nothing freed too early.
     pub fn check_no_leaks(&self) {
         self.persist();
-        let mut want: std::collections::BTreeSet<u64> =
-            self.tree.check(&self.disk).unwrap().node_ids.into_iter().collect();
+        let mut want: std::collections::BTreeSet<u64> = self
+            .tree
+            .check(&self.disk)
+            .unwrap()
+            .node_ids
+            .into_iter()
+            .collect();
         self.tree
             .for_each(&self.disk, &mut |_, _, _, value| {
                 if let Value::Attr(a) = value {

@@ -206,14 +206,7 @@ fn drain(h: &mut Harness, check_every: usize) {
 
 /// `attrs`: mix attribute operations in (else only directory entries, and the tree must
 /// shrink back to a few nodes when they are all removed).
-fn run_random(
-    h: &mut Harness,
-    seed: u64,
-    ops: usize,
-    names: u32,
-    check_every: usize,
-    attrs: bool,
-) {
+fn run_random(h: &mut Harness, seed: u64, ops: usize, names: u32, check_every: usize, attrs: bool) {
     let hash_bits = match h.hashing {
         Hashing::Real => 62,
         Hashing::Colliding(m) => 64 - m.leading_zeros(),
@@ -306,4 +299,3 @@ fn model_bigger_blocks() {
         run_random(&mut h, block_size as u64, 60_000, 30_000, 20_000, true);
     }
 }
-

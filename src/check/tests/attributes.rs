@@ -89,9 +89,15 @@ fn an_image_with_attributes_checks_clean() {
     // Through a mount the values are what was written.
     let fs = img.mount();
     let f5 = fs.lookup(img.ino("d"), b"f5").unwrap().ino;
-    assert_eq!(fs.getxattr(&ROOT_CALLER, f5, b"user.big").unwrap(), big(10_005, 5));
+    assert_eq!(
+        fs.getxattr(&ROOT_CALLER, f5, b"user.big").unwrap(),
+        big(10_005, 5)
+    );
     let r = fs.lookup(ROOT, b"replaced").unwrap().ino;
-    assert_eq!(fs.getxattr(&ROOT_CALLER, r, b"user.y").unwrap(), big(9000, 4));
+    assert_eq!(
+        fs.getxattr(&ROOT_CALLER, r, b"user.y").unwrap(),
+        big(9000, 4)
+    );
     assert_eq!(fs.getxattr(&ROOT_CALLER, r, b"user.x").unwrap(), big(70, 2));
     fs.unmount().unwrap();
 }
@@ -127,14 +133,27 @@ fn an_attribute_of_a_free_inode_is_found_and_removed() {
     let img = damaged(|fs, img| {
         fs.repair_set_attr(500, key_hash(img, 1, b"user.lost"), b"user.lost", b"v")
             .unwrap();
-        fs.repair_set_attr(501, key_hash(img, 1, b"user.lost"), b"user.lost", &big(6000, 1))
-            .unwrap();
+        fs.repair_set_attr(
+            501,
+            key_hash(img, 1, b"user.lost"),
+            b"user.lost",
+            &big(6000, 1),
+        )
+        .unwrap();
     });
     let r = img.check(Mode::Tree);
-    assert_error(&r, ATTRIBUTES, "inode 500: attribute 'user.lost': its inode is free");
+    assert_error(
+        &r,
+        ATTRIBUTES,
+        "inode 500: attribute 'user.lost': its inode is free",
+    );
     assert_error(&r, ATTRIBUTES, "inode 501");
     let (out, _) = repaired(&img);
-    assert!(out.done.iter().any(|d| d.contains("'user.lost' removed")), "{:#?}", out.done);
+    assert!(
+        out.done.iter().any(|d| d.contains("'user.lost' removed")),
+        "{:#?}",
+        out.done
+    );
 }
 
 #[test]
@@ -161,7 +180,11 @@ fn attributes_of_another_generation_bad_names_and_bad_acls_are_removed() {
     assert_error(&r, ATTRIBUTES, "it belongs to generation");
     assert_error(&r, ATTRIBUTES, "'foo.bar': a name of no namespace");
     assert_error(&r, ATTRIBUTES, "an ACL that does not parse");
-    assert_error(&r, ATTRIBUTES, "a default ACL on something that is not a directory");
+    assert_error(
+        &r,
+        ATTRIBUTES,
+        "a default ACL on something that is not a directory",
+    );
     assert_error(&r, ATTRIBUTES, "'user.no': a user attribute on something");
     let (out, _) = repaired(&img);
     // The sound attributes of that file stay.
@@ -193,10 +216,21 @@ fn wrong_attribute_flags_are_found_and_set_right() {
     rewrite_inode(&img, with, |di| di.flags &= !IFLAG_XATTR_BLOCKS);
     rewrite_inode(&img, plain, |di| di.flags |= IFLAG_XATTRS);
     let r = img.check(Mode::Tree);
-    assert_error(&r, ATTRIBUTES, &format!("inode {with}: its attribute flags"));
-    assert_warning(&r, ATTRIBUTES, &format!("inode {plain}: its attribute flags"));
+    assert_error(
+        &r,
+        ATTRIBUTES,
+        &format!("inode {with}: its attribute flags"),
+    );
+    assert_warning(
+        &r,
+        ATTRIBUTES,
+        &format!("inode {plain}: its attribute flags"),
+    );
     repaired(&img);
-    assert_eq!(inode(&img, with).flags & (IFLAG_XATTRS | IFLAG_XATTR_BLOCKS), IFLAG_XATTRS | IFLAG_XATTR_BLOCKS);
+    assert_eq!(
+        inode(&img, with).flags & (IFLAG_XATTRS | IFLAG_XATTR_BLOCKS),
+        IFLAG_XATTRS | IFLAG_XATTR_BLOCKS
+    );
     assert_eq!(inode(&img, plain).flags, 0);
     // A policy that does not allow inode fixes leaves it.
     rewrite_inode(&img, with, |di| di.flags = 0);
@@ -222,7 +256,9 @@ fn an_unreadable_value_block_loses_that_attribute_only() {
     repaired(&img);
     let fs = Fs::mount(img.meta.clone(), img.data.clone(), MountOptions::default()).unwrap();
     assert_eq!(
-        fs.getxattr(&ROOT_CALLER, victim.ino, b"user.big").unwrap_err().errno(),
+        fs.getxattr(&ROOT_CALLER, victim.ino, b"user.big")
+            .unwrap_err()
+            .errno(),
         libc::ENODATA
     );
     assert!(fs.getxattr(&ROOT_CALLER, victim.ino, b"user.a").is_ok());
@@ -313,5 +349,8 @@ fn a_tree_rebuild_keeps_the_attributes_it_can_read() {
         }
     }
     fs.unmount().unwrap();
-    assert!(kept > 0 && lost > 0, "kept {kept}, lost {lost}: the leaf held none of them?");
+    assert!(
+        kept > 0 && lost > 0,
+        "kept {kept}, lost {lost}: the leaf held none of them?"
+    );
 }

@@ -101,15 +101,22 @@ fn bases() -> &'static [(Vec<u8>, Vec<u8>); 2] {
                 .unwrap();
             fs.setxattr(&root, b, b"system.posix_acl_default", &ACL, flags)
                 .unwrap();
-            fs.setxattr(&root, a, b"trusted.t", &[1u8; 300], flags).unwrap();
+            fs.setxattr(&root, a, b"trusted.t", &[1u8; 300], flags)
+                .unwrap();
             fs.sync().unwrap();
             for i in (0..20u64).step_by(3) {
                 fs.unlink(&U, b, format!("f{i}").as_bytes()).unwrap();
             }
             let (o, fh) = fs.create(&U, ROOT, b"open", 0o644, libc::O_RDWR).unwrap();
             fs.write(o.ino, fh, 0, &[1u8; 5000]).unwrap();
-            fs.setxattr(&crate::fs::Caller::ROOT, o.ino, b"user.o", &[2u8; 5000], Default::default())
-                .unwrap();
+            fs.setxattr(
+                &crate::fs::Caller::ROOT,
+                o.ino,
+                b"user.o",
+                &[2u8; 5000],
+                Default::default(),
+            )
+            .unwrap();
             fs.unlink(&U, ROOT, b"open").unwrap();
             // Unwritten pointers, and indirect blocks past the end of a file.
             super::clean::unwritten_work(fs);
