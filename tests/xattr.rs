@@ -270,16 +270,7 @@ fn attributes_survive_remounts_and_go_with_their_inode() {
         fs::remove_file(file(i)).unwrap();
     }
     fs.remount();
-    for i in 0..150 {
-        let p = d.join(format!("new{i:03}"));
-        fs::write(&p, b"y").unwrap();
-        assert_eq!(
-            listxattr(&p).unwrap(),
-            Vec::<String>::new(),
-            "{}",
-            p.display()
-        );
-    }
+    new_files_have_no_attributes(&d, "new", 150);
     (150..300).for_each(check);
     fs.remount();
     (150..300).for_each(check);
@@ -386,18 +377,7 @@ fn orphans_take_their_attributes_when_closed_and_at_mount_after_a_crash() {
     let mut fs = TestFs::new();
     let d = fs.join("d");
     fs::create_dir(&d).unwrap();
-    let fresh_files_have_none = |stem: &str| {
-        for i in 0..8 {
-            let p = d.join(format!("{stem}{i}"));
-            fs::write(&p, b"y").unwrap();
-            assert_eq!(
-                listxattr(&p).unwrap(),
-                Vec::<String>::new(),
-                "{}",
-                p.display()
-            );
-        }
-    };
+    let fresh_files_have_none = |stem: &str| new_files_have_no_attributes(&d, stem, 8);
     // The last close frees them; the checker at the remount finds no attribute of a free
     // inode and no value block that nothing reaches.
     drop(orphans_with_attributes(&d, "closed", 8));
@@ -551,4 +531,19 @@ fn rsync_with_attributes_acls_and_hard_links_in_and_out() {
     let ino = |p: &Path| fs::metadata(p).unwrap().ino();
     assert_eq!(ino(&dst.join("links/one")), ino(&dst.join("links/two")));
     fs.unmount();
+}
+
+/// Create `count` files `STEMi` in `dir`: none has an attribute (no freed inode's attributes
+/// came back with its number).
+fn new_files_have_no_attributes(dir: &Path, stem: &str, count: usize) {
+    for i in 0..count {
+        let p = dir.join(format!("{stem}{i:03}"));
+        fs::write(&p, b"y").unwrap();
+        assert_eq!(
+            listxattr(&p).unwrap(),
+            Vec::<String>::new(),
+            "{}",
+            p.display()
+        );
+    }
 }

@@ -6,12 +6,7 @@ use super::*;
 use crate::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_NODUMP};
 
 const ROOT: u64 = crate::format::ROOT_INO;
-const U: Caller = Caller {
-    uid: 1000,
-    gid: 1000,
-    pid: 0,
-    umask: 0,
-};
+use super::tests::U;
 
 fn eperm<T: std::fmt::Debug>(r: Result<T>) {
     assert!(matches!(r, Err(FsError::Errno(libc::EPERM))), "{r:?}");

@@ -5,12 +5,7 @@ use crate::device::MemDevice;
 use crate::mkfs::{mkfs, MkfsParams};
 
 const ROOT: u64 = crate::format::ROOT_INO;
-const U: Caller = Caller {
-    uid: 1000,
-    gid: 1000,
-    pid: 0,
-    umask: 0,
-};
+use super::tests::U;
 
 /// A fresh file system on memory devices (the devices too, for remounts).
 pub(super) fn fresh() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Fs>) {
