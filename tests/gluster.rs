@@ -49,6 +49,8 @@ const BRICKS: usize = 4;
 const VICTIM: usize = 1;
 /// How long Gluster gets for any one state change (brick down/up, heal).
 const WAIT: Duration = Duration::from_secs(90);
+/// How long the self-heal gets.
+const HEAL_WAIT: Duration = Duration::from_secs(300);
 
 /// `gluster --mode=script ARGS`: Ok(stdout) or Err(everything it said).
 fn gluster(args: &[&str]) -> Result<String, String> {
@@ -395,8 +397,8 @@ impl Volume {
                 return;
             }
             assert!(
-                start.elapsed() < WAIT,
-                "heal not done after {WAIT:?}:\n{info}"
+                start.elapsed() < HEAL_WAIT,
+                "heal not done after {HEAL_WAIT:?}:\n{info}"
             );
             std::thread::sleep(Duration::from_secs(1));
         }
