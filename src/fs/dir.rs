@@ -21,6 +21,9 @@ use std::sync::Arc;
 const LINK_MAX: u32 = 65000;
 /// Directory entries fetched from the tree per batch while listing.
 const SCAN_BATCH: usize = 256;
+/// The cookie after a directory's last entry (ext4's EOF cookie for 64-bit hashes too):
+/// above every `3 + hash` (hashes have 62 bits) and a valid `loff_t`.
+const READDIR_EOF: u64 = i64::MAX as u64;
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
@@ -645,9 +648,15 @@ impl Fs {
     /// "." and ".." included. `add` returns false when the caller's buffer is full; the entry
     /// it refused is returned again by the next call.
     ///
-    /// Cookies: 1 for ".", 2 for "..", and `3 + hash` for an entry, so a listing resumes at
-    /// the next hash even when entries were added or removed meanwhile. Entries whose names
-    /// share a hash all carry the cookie of the group's start except the last.
+    /// Cookies are positions of the *next* entry, as ext4's are: 1 after ".", 2 after "..",
+    /// `3 + h` after an entry when the next one's hash is `h`, and `READDIR_EOF` after the
+    /// last; offset `o >= 2` lists the entries with hash >= `o - 3`. So a listing resumes at
+    /// the next hash even when entries were added or removed meanwhile, and also from an
+    /// offset a little below a cookie: GlusterFS's DHT drops the low bits of large offsets
+    /// (it stores its subvolume's index there) and seeks to the rounded-down value, which
+    /// must not list the entry before it again (it did, for ever, when the cookie was the
+    /// entry's own hash). Entries whose names share a hash all carry the cookie of the
+    /// group's start except the last.
     pub fn readdir(
         &self,
         ino: u64,
@@ -682,37 +691,44 @@ impl Fs {
         {
             return Ok(());
         }
-        let mut start = if offset <= 2 { 0 } else { offset - 3 + 1 };
-        let mut group_cookie = offset.max(2);
+        if offset >= READDIR_EOF {
+            return Ok(());
+        }
+        // The entry waiting for its cookie: the position of the entry after it.
+        let mut pending: Option<crate::betree::ScanItem> = None;
+        let mut start = offset.saturating_sub(3);
         loop {
             let items = self.tree.scan(&self.nodes(), ino, start, SCAN_BATCH)?;
-            if items.is_empty() {
-                return Ok(());
-            }
-            for (i, it) in items.iter().enumerate() {
-                let last_of_hash = items.get(i + 1).is_none_or(|n| n.hash != it.hash);
-                let cookie = if last_of_hash {
-                    3 + it.hash
-                } else {
-                    group_cookie
-                };
-                let kind = FileKind::from_code(it.value.kind).ok_or_else(|| {
-                    FsError::corrupt("directory entry", format!("type {}", it.value.kind))
-                })?;
-                if !emit(DirEntry {
-                    ino: it.value.ino,
-                    kind,
-                    name: it.name.clone(),
-                    cookie,
-                }) {
-                    return Ok(());
+            let Some(last) = items.last() else { break };
+            start = last.hash + 1;
+            for it in items {
+                if let Some(p) = pending.take() {
+                    // Inside a group of one hash, resume at the group's start (a listing
+                    // cannot resume in the middle of a group).
+                    let next = if it.hash == p.hash { p.hash } else { it.hash };
+                    if !emit(self.entry_of(&p, 3 + next)?) {
+                        return Ok(());
+                    }
                 }
-                if last_of_hash {
-                    group_cookie = cookie;
-                }
+                pending = Some(it);
             }
-            start = items.last().unwrap().hash + 1;
         }
+        if let Some(p) = pending {
+            emit(self.entry_of(&p, READDIR_EOF)?);
+        }
+        Ok(())
+    }
+
+    fn entry_of(&self, it: &crate::betree::ScanItem, cookie: u64) -> Result<DirEntry> {
+        let kind = FileKind::from_code(it.value.kind).ok_or_else(|| {
+            FsError::corrupt("directory entry", format!("type {}", it.value.kind))
+        })?;
+        Ok(DirEntry {
+            ino: it.value.ino,
+            kind,
+            name: it.name.clone(),
+            cookie,
+        })
     }
 
     /// readdir that also returns each entry's attributes. Every entry `add` accepts but "."
