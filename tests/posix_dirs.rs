@@ -493,7 +493,11 @@ fn readdir_resumes_from_an_offset_with_its_low_bits_cleared() {
         let batch = sys::getdents(&dir, 128).unwrap();
         let Some(last) = batch.last() else { break };
         // DHT's "huge" offsets (any of bits 55..62 set) lose their low 8 bits.
-        pos = if last.off >= 1 << 55 { last.off & !0xff } else { last.off };
+        pos = if last.off >= 1 << 55 {
+            last.off & !0xff
+        } else {
+            last.off
+        };
         seen.extend(batch.into_iter().map(|e| e.name));
     }
     let unique: HashSet<Vec<u8>> = seen.iter().cloned().collect();

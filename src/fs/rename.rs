@@ -1,8 +1,11 @@
 //! rename(2) and renameat2(2) with RENAME_NOREPLACE and RENAME_EXCHANGE.
 //!
-//! All renames are serialized by `rename_lock` (as Linux's s_vfs_rename_mutex), which makes
-//! the "not into its own subtree" walk up the '..' chain stable; the directories and the
-//! inodes involved are then locked in ascending order and every entry re-checked.
+//! Renames between two directories are serialized by `rename_lock` (as Linux's
+//! s_vfs_rename_mutex, which `lock_rename` takes only when the parents differ): that keeps the
+//! "not into its own subtree" walk up the '..' chain stable, since only such renames change a
+//! directory's ancestors. A rename within one directory changes no ancestry and needs only the
+//! op locks. The directories and the inodes involved are locked in ascending order and every
+//! entry re-checked.
 
 use super::clean::Admit;
 use super::dir::check_name;
@@ -66,7 +69,7 @@ impl Fs {
                 return Err(FsError::Errno(libc::EBUSY));
             }
         }
-        let _serial = self.rename_lock.lock();
+        let _serial = (parent != new_parent).then(|| self.rename_lock.lock());
         let pe = self.inode(parent)?;
         let npe = self.inode(new_parent)?;
         for d in [&pe, &npe] {

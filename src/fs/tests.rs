@@ -454,3 +454,120 @@ fn a_file_without_attributes_is_answered_from_its_flags() {
     );
     fs.unmount().unwrap();
 }
+
+/// Renames within directories (no rename lock) race with directory moves between shared
+/// directories (under it) and with creates and unlinks: every name stays exactly once, no
+/// directory moves below itself, and the checker finds the tree sound.
+#[test]
+fn renames_in_one_directory_race_with_moves_between_directories() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (m, d) = devices(64, 64);
+    let fs = mount(&m, &d);
+    let shared: Vec<u64> = (0..3)
+        .map(|i| {
+            fs.mkdir(&U, ROOT, format!("s{i}").as_bytes(), 0o755)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let stop = AtomicBool::new(false);
+    let rounds = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        // Two threads rename files back and forth inside directories of their own and of
+        // the shared ones, creating and unlinking beside it.
+        for t in 0..2u64 {
+            let (fs, shared, stop, rounds) = (&fs, &shared, &stop, &rounds);
+            scope.spawn(move || {
+                let own = fs
+                    .mkdir(&U, ROOT, format!("own{t}").as_bytes(), 0o755)
+                    .unwrap()
+                    .ino;
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for dir in [own, shared[(n % 3) as usize]] {
+                        let a = format!("t{t}-a");
+                        let b = format!("t{t}-b");
+                        let (f, fh) = fs
+                            .create(&U, dir, a.as_bytes(), 0o644, libc::O_RDWR)
+                            .unwrap();
+                        fs.release(f.ino, fh).unwrap();
+                        fs.rename(
+                            &U,
+                            dir,
+                            a.as_bytes(),
+                            dir,
+                            b.as_bytes(),
+                            RenameFlags::default(),
+                        )
+                        .unwrap();
+                        let sub = format!("t{t}-d");
+                        fs.mkdir(&U, dir, sub.as_bytes(), 0o755).unwrap();
+                        let sub2 = format!("t{t}-e");
+                        fs.rename(
+                            &U,
+                            dir,
+                            sub.as_bytes(),
+                            dir,
+                            sub2.as_bytes(),
+                            RenameFlags::default(),
+                        )
+                        .unwrap();
+                        fs.rmdir(&U, dir, sub2.as_bytes()).unwrap();
+                        fs.unlink(&U, dir, b.as_bytes()).unwrap();
+                    }
+                    n += 1;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        // One thread moves a directory tree around the shared directories, also trying to
+        // move a directory below itself (EINVAL).
+        let (fs, shared, stop, rounds) = (&fs, &shared, &stop, &rounds);
+        scope.spawn(move || {
+            let top = fs.mkdir(&U, shared[0], b"mover", 0o755).unwrap().ino;
+            let inner = fs.mkdir(&U, top, b"inner", 0o755).unwrap().ino;
+            let mut at = 0usize;
+            let mut moves = 0;
+            while moves < 2000 || rounds.load(Ordering::Relaxed) < 2000 {
+                moves += 1;
+                let to = (at + 1) % 3;
+                fs.rename(
+                    &U,
+                    shared[at],
+                    b"mover",
+                    shared[to],
+                    b"mover",
+                    RenameFlags::default(),
+                )
+                .unwrap();
+                at = to;
+                assert!(matches!(
+                    fs.rename(
+                        &U,
+                        shared[at],
+                        b"mover",
+                        inner,
+                        b"mover",
+                        RenameFlags::default()
+                    ),
+                    Err(FsError::Errno(libc::EINVAL))
+                ));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    for (i, dir) in shared.iter().enumerate() {
+        let listed = names(&fs, *dir);
+        let movers = listed.iter().filter(|n| *n == "mover").count();
+        assert!(movers <= 1, "s{i}: {listed:?}");
+        assert_eq!(
+            listed.len(),
+            2 + movers,
+            "s{i} holds only what is left: {listed:?}"
+        );
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let r = crate::check::check(&*m, &*d).unwrap();
+    assert!(r.is_clean(), "{r}");
+}
