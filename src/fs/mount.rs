@@ -332,6 +332,9 @@ impl Fs {
                 *failed = Some("the file system was shut down (FS_IOC_SHUTDOWN)".into());
             }
         }
+        // What every operation checks first (`alive`): from now on each answers EIO, also
+        // those that would not touch a device (a create the write-back cache keeps in memory).
+        self.has_failed.store(true, Ordering::Release);
         for f in &self.fences {
             f.cut();
         }

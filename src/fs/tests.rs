@@ -571,3 +571,20 @@ fn renames_in_one_directory_race_with_moves_between_directories() {
     let r = crate::check::check(&*m, &*d).unwrap();
     assert!(r.is_clean(), "{r}");
 }
+
+/// After FS_IOC_SHUTDOWN every operation answers EIO at once, also those that need no device
+/// write to succeed in memory (a create, a mkdir): with the write-back cache nothing else
+/// would tell the program.
+#[test]
+fn after_shutdown_every_change_is_eio_at_once() {
+    let (m, d) = devices(16, 16);
+    let fs = mount(&m, &d);
+    fs.shutdown();
+    let eio = |r: Result<()>| assert!(matches!(r, Err(FsError::Errno(libc::EIO))), "{r:?}");
+    eio(fs
+        .create(&U, ROOT, b"after", 0o644, libc::O_RDWR)
+        .map(|_| ()));
+    eio(fs.mkdir(&U, ROOT, b"after-dir", 0o755).map(|_| ()));
+    eio(fs.lookup(ROOT, b"lost+found").map(|_| ()));
+    let _ = fs.unmount();
+}
