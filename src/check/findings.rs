@@ -5,16 +5,7 @@
 //! so no repair ever parses a message. Findings that only restate what another repair
 //! recomputes anyway (a usage table or bitmap rebuilt from scratch) are recorded once.
 
-/// Where a block pointer of a regular file (or symlink) sits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PtrAt {
-    /// `i_direct[k]`.
-    Direct(usize),
-    /// `i_indirect[tree]` (0 single, 1 double, 2 triple).
-    Top(usize),
-    /// Slot `slot` of the indirect block (`level`, `index`) of the file.
-    Slot { level: u8, index: u64, slot: usize },
-}
+pub use crate::format::bmap::PtrAt;
 
 /// Why an allocated inode could not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

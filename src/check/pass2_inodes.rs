@@ -11,11 +11,11 @@ use super::context::{list, Claims, LogReader, Sink};
 use super::findings::{Finding, Lost};
 use super::pass1_checkpoints::Loaded;
 use crate::format::inode::{check_inode_block, DiskInode, KNOWN_INODE_FLAGS};
+use crate::format::kind::FileKind;
 use crate::format::meta::{
     entries16_per_block, IfileHeader, ImapEntry, SegUsage, IMAP_ALLOCATED, IMAP_ORPHAN,
 };
 use crate::format::INODE_SIZE;
-use crate::fs::FileKind;
 use crate::Result;
 use std::collections::BTreeSet;
 

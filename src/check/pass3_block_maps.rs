@@ -16,11 +16,11 @@ use super::findings::{Finding, PtrAt};
 use super::pass2_inodes::{InodeInfo, Inodes};
 use crate::format::bmap::{child_index, max_blocks, path, tree_start, BlockPath, DataPtr};
 use crate::format::inode::{DiskInode, NDIRECT};
+use crate::format::kind::FileKind;
 use crate::format::meta::{
     decode_pointer_block, decode_symlink_block, pointers_per_block, symlink_bytes_per_block,
 };
 use crate::format::{BlockHeader, BlockKind, SYMLINK_MAX};
-use crate::fs::FileKind;
 use crate::Result;
 use bitvec::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};

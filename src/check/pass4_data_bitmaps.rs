@@ -8,7 +8,7 @@ use super::context::Sink;
 use super::findings::Finding;
 use super::pass2_inodes::Inodes;
 use super::pass3_block_maps::DataUse;
-use crate::fs::FileKind;
+use crate::format::kind::FileKind;
 use crate::meta::Tables;
 use std::collections::BTreeMap;
 

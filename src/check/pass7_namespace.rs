@@ -10,8 +10,8 @@ use super::context::{list, Sink};
 use super::findings::Finding;
 use super::pass2_inodes::{InodeInfo, Inodes};
 use super::pass6_tree::Namespace;
+use crate::format::kind::FileKind;
 use crate::format::{NAME_MAX, ROOT_INO};
-use crate::fs::FileKind;
 use std::collections::HashMap;
 
 pub const NAME: &str = "namespace";

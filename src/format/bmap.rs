@@ -142,6 +142,17 @@ pub fn parent(level: u8, index: u64, p: u64) -> Parent {
     }
 }
 
+/// Where a block pointer of a regular file (or symlink) sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PtrAt {
+    /// `i_direct[k]`.
+    Direct(usize),
+    /// `i_indirect[tree]` (0 single, 1 double, 2 triple).
+    Top(usize),
+    /// Slot `slot` of the indirect block (`level`, `index`) of the file.
+    Slot { level: u8, index: u64, slot: usize },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ pub mod bmap;
 pub mod checkpoint;
 pub mod header;
 pub mod inode;
+pub mod kind;
 pub mod meta;
 pub mod node;
 pub mod summary;

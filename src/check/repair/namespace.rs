@@ -12,8 +12,8 @@
 use super::plan::{FixClass, Planned, SessionFix, NEW_LOST_FOUND};
 use crate::check::pass2_inodes::{InodeInfo, Inodes};
 use crate::check::pass6_tree::Namespace;
+use crate::format::kind::FileKind;
 use crate::format::{LOST_FOUND_INO, NAME_MAX, ROOT_INO};
-use crate::fs::FileKind;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// What the namespace repair may do.

@@ -15,12 +15,13 @@ use crate::check::pass1_checkpoints::fresh_head;
 use crate::check::State;
 use crate::device::BlockDevice;
 use crate::format::bmap::{child_index, tree_start};
+use crate::format::kind::FileKind;
 use crate::format::meta::{
     pointers_per_block, IMAP_ALLOCATED, IMAP_ORPHAN, SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED,
     SEG_SUPERBLOCK,
 };
 use crate::format::{INODE_SIZE, ROOT_INO};
-use crate::fs::{FileKind, Fs};
+use crate::fs::Fs;
 use crate::meta::Tables;
 use crate::{FsError, Result};
 use std::collections::{BTreeSet, HashSet};
