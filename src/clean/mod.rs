@@ -11,7 +11,6 @@
 //! for `idle_secs`) start already below `max_free` and clean bigger passes.
 
 pub mod control;
-pub mod server;
 
 use crate::format::meta::{SegUsage, SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED};
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,6 @@
 //! The pieces of the `dualfs` program (not part of the library).
 
+pub mod control_server;
 pub mod data_path;
 pub mod device;
 pub mod error;

@@ -5,6 +5,7 @@
 //! can be checked without the core is checked before the core is asked to mount, and after
 //! a failed FUSE mount the core is not unmounted (that would write a checkpoint).
 
+use super::control_server::ControlServer;
 use super::data_path::recorded_data_path;
 use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
@@ -18,7 +19,6 @@ use super::ready_pipe::{detach, Detached, Startup};
 use super::shutdown::{block_shutdown_signals, spawn_signal_watcher, Unmounter};
 use super::umount::resolve_mountpoint;
 use dualfs::clean::control::socket_path;
-use dualfs::clean::server::ControlServer;
 use dualfs::fs::Fs;
 use dualfs::fuse::DualFuse;
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};

@@ -1,9 +1,13 @@
 //! The mount's side of the control channel: a Unix socket served by one thread per
-//! connection (the protocol is in `control`). Only root and the mount owner get answers.
+//! connection (the protocol is in `dualfs::clean::control`). Only root and the mount owner
+//! get answers. It lives with the program, not in the library: it only calls the core's
+//! plain API (`Fs::cleaner_status`, `clean_pass`, `attach_daemon`, ...).
 
-use super::control::{encode_line, PassReport, Request, Response, MAX_LINE, PROTOCOL_VERSION};
-use crate::fs::Fs;
-use crate::FsError;
+use dualfs::clean::control::{
+    encode_line, PassReport, Request, Response, MAX_LINE, PROTOCOL_VERSION,
+};
+use dualfs::fs::Fs;
+use dualfs::FsError;
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
@@ -118,10 +122,6 @@ impl ControlServer {
             shared,
             acceptor: Some(acceptor),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Stop accepting, end every connection (a request being served finishes first) and
@@ -263,7 +263,7 @@ fn error(e: FsError) -> Response {
     }
 }
 
-fn cleaned(r: crate::Result<PassReport>) -> Response {
+fn cleaned(r: dualfs::Result<PassReport>) -> Response {
     match r {
         Ok(r) => Response::Cleaned(r),
         Err(e) => error(e),
