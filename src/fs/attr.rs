@@ -107,44 +107,6 @@ impl Fs {
         }
     }
 
-    /// access(2): `mask` is a combination of R_OK, W_OK, X_OK (or F_OK).
-    pub fn access(&self, caller: &Caller, ino: u64, mask: i32) -> Result<()> {
-        self.alive()?;
-        let e = self.inode(ino)?;
-        let (mode, uid, gid) = {
-            let st = e.state.read();
-            (st.d.mode, st.d.uid, st.d.gid)
-        };
-        if mask & libc::W_OK != 0 && self.opts.read_only {
-            return Err(FsError::Errno(libc::EROFS));
-        }
-        if mask == libc::F_OK {
-            return Ok(());
-        }
-        let want = (mask & 7) as u32;
-        if caller.uid == 0 {
-            // Root may do anything but execute a file nobody may execute.
-            let any_x = mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
-            return if want & 1 != 0 && !any_x {
-                Err(FsError::Errno(libc::EACCES))
-            } else {
-                Ok(())
-            };
-        }
-        let bits = if caller.uid == uid {
-            (mode >> 6) & 7
-        } else if caller.gid == gid || groups_of(caller.pid).contains(&gid) {
-            (mode >> 3) & 7
-        } else {
-            mode & 7
-        };
-        if bits & want == want {
-            Ok(())
-        } else {
-            Err(FsError::Errno(libc::EACCES))
-        }
-    }
-
     /// What df shows, from both devices (docs/DESIGN.md, "What statfs says"): the data
     /// device's blocks, of which as many are available as are free *and* the log can still
     /// describe; inodes in use now, and as many more as the log can still take.

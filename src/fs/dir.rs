@@ -418,7 +418,7 @@ impl Fs {
         let per = symlink_bytes_per_block(self.sb.block_size);
         let mut out = Vec::with_capacity(size);
         for (k, &a) in addrs.iter().enumerate().take(size.div_ceil(per)) {
-            let raw = self.read_meta_block(a)?;
+            let raw = self.read_log_block(a)?;
             let body = decode_symlink_block(&raw, ino, k as u64)?;
             out.extend_from_slice(&body[..(size - out.len()).min(per)]);
         }

@@ -154,7 +154,7 @@ impl Fs {
 
     /// Read indirect block `need` and cache it, unless it changed meanwhile.
     pub(crate) fn load_ptr(&self, e: &InodeEntry, need: Need) -> Result<()> {
-        let raw = self.read_meta_block(need.addr)?;
+        let raw = self.read_log_block(need.addr)?;
         let ptrs = decode_pointer_block(
             &raw,
             BlockHeader::new(BlockKind::Indirect, need.level, e.ino, need.index),

@@ -229,6 +229,8 @@ impl Fs {
         Nodes(self)
     }
 
+    /// A block of the log named by something read from disk (an inode's indirect or symlink
+    /// block, a map entry): the address is checked to lie in the log first.
     fn read_log_block(&self, addr: u64) -> Result<Vec<u8>> {
         let seg = self.sb.segment_of(addr);
         if seg == 0 || seg >= self.sb.segments {

@@ -383,12 +383,6 @@ impl Fs {
         self.flusher.lock().ckpt_serial
     }
 
-    /// A block of the log named by an inode (indirect, symlink): the address is checked to
-    /// lie in the log first (it comes from disk).
-    pub(crate) fn read_meta_block(&self, addr: u64) -> Result<Vec<u8>> {
-        self.read_log_block(addr)
-    }
-
     /// A new cached inode, dirty, numbered by the allocator.
     pub(crate) fn new_inode_entry(&self, d: crate::format::inode::DiskInode) -> Arc<InodeEntry> {
         let e = InodeEntry::new(d, true);
