@@ -441,10 +441,6 @@ impl Claims {
     pub fn len(&self) -> usize {
         self.by_addr.len()
     }
-
-    pub fn addresses(&self) -> impl Iterator<Item = u64> + '_ {
-        self.by_addr.keys().copied()
-    }
 }
 
 /// "a, b, c" of at most `max` items, then "and N more".

@@ -47,7 +47,6 @@ use crate::Result;
 use context::{BoundedDevice, Claims, LogReader, Sink};
 use findings::Finding;
 pub use glance::{glance, Glance};
-use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -228,9 +227,6 @@ pub fn check_with(
 /// A report plus what tests and the repairer need.
 pub(crate) struct Outcome {
     pub report: Report,
-    /// Log blocks something reachable names, plus the superblock and its copies.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub live_log_blocks: BTreeSet<u64>,
     /// What a repair can act on.
     pub findings: Vec<Finding>,
     /// What the passes established (None when the check stopped at pass 0 or 1).
@@ -261,12 +257,10 @@ pub(crate) fn run(
 ) -> Result<Outcome> {
     let meta = BoundedDevice::new(meta);
     let mut sink = Sink::new(opts);
-    let mut live_log_blocks = BTreeSet::new();
-    let outcome = |sink: Sink, live, state| {
+    let outcome = |sink: Sink, state| {
         let (report, findings) = sink.finish_with_findings();
         Outcome {
             report,
-            live_log_blocks: live,
             findings,
             state,
         }
@@ -282,18 +276,12 @@ pub(crate) fn run(
     };
     sink.progress(0, pass0_superblocks::NAME, 0, 1);
     let Some(sb) = pass0_superblocks::run(&mut sink, &meta, data)? else {
-        return Ok(outcome(sink, live_log_blocks, None));
+        return Ok(outcome(sink, None));
     };
-    live_log_blocks.insert(0);
-    live_log_blocks.extend(
-        sb.copy_segments
-            .iter()
-            .map(|&s| s.saturating_mul(sb.segment_blocks as u64)),
-    );
     let log = LogReader::new(&meta, sb.clone());
     timed(&mut sink, "0 (superblocks)");
     let Some(loaded) = pass1_checkpoints::run(&mut sink, &log)? else {
-        return Ok(outcome(sink, live_log_blocks, None));
+        return Ok(outcome(sink, None));
     };
     timed(&mut sink, "1 (checkpoints)");
     // Pass 6 needs only the tables: it runs beside passes 2 to 5 (on a second core).
@@ -331,7 +319,6 @@ pub(crate) fn run(
         namespace,
         salvaged,
     } = namespace?;
-    live_log_blocks.extend(claims.addresses());
     timed(&mut sink, "6 (tree, waited for)");
     if let Some(ns) = &namespace {
         pass7_namespace::run(&mut sink, ns, &inodes);
@@ -353,5 +340,5 @@ pub(crate) fn run(
         salvaged,
         claims,
     };
-    Ok(outcome(sink, live_log_blocks, Some(state)))
+    Ok(outcome(sink, Some(state)))
 }

@@ -52,7 +52,7 @@ fn targets() -> &'static [Targets; 2] {
                 listing: Vec::new(),
             };
             Targets {
-                live: out.live_log_blocks.iter().map(|&b| b as usize).collect(),
+                live: out.live_log_blocks().iter().map(|&b| b as usize).collect(),
                 summaries: super::damage::parts_after_checkpoint(&img)
                     .iter()
                     .map(|p| p.0 as usize)

@@ -12,7 +12,8 @@ mod hostile;
 mod repair;
 mod robustness;
 
-use super::{Report, Severity};
+use super::{Outcome, Report, Severity};
+use std::collections::BTreeSet;
 
 pub const SUPERBLOCKS: &str = super::pass0_superblocks::NAME;
 pub const CHECKPOINTS: &str = super::pass1_checkpoints::NAME;
@@ -22,6 +23,23 @@ pub const DATA_BITMAPS: &str = super::pass4_data_bitmaps::NAME;
 pub const SEGMENT_USAGE: &str = super::pass5_segment_usage::NAME;
 pub const TREE: &str = super::pass6_tree::NAME;
 pub const NAMESPACE: &str = super::pass7_namespace::NAME;
+
+impl Outcome {
+    /// Log blocks something reachable names, plus the superblock and its copies (none when
+    /// the check stopped before pass 2). Only tests need the whole set, so it is built here
+    /// from the claims rather than by every check.
+    pub fn live_log_blocks(&self) -> BTreeSet<u64> {
+        let Some(state) = &self.state else {
+            return BTreeSet::new();
+        };
+        let sb = &state.sb;
+        let copies = sb.copy_segments.iter();
+        std::iter::once(0)
+            .chain(copies.map(|&s| s.saturating_mul(sb.segment_blocks as u64)))
+            .chain(state.claims.iter().map(|(addr, _)| addr))
+            .collect()
+    }
+}
 
 /// `pass` reported an error containing `needle`.
 #[track_caller]

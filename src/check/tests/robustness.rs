@@ -26,7 +26,7 @@ fn flipped_bits_are_noticed_exactly_in_live_blocks() {
     let img = workload_image();
     let base = img.outcome(Mode::Listed);
     assert!(base.report.problems.is_empty(), "{}", base.report);
-    let live = &base.live_log_blocks;
+    let live = &base.live_log_blocks();
     // Checkpoint regions have their own tests: losing either one leaves a consistent file
     // system (the other takes over), so a flip there is not an error.
     let (live_blocks, dead_blocks): (Vec<u64>, Vec<u64>) = nonzero_blocks(&img.meta.snapshot())
