@@ -3,8 +3,8 @@
 //! (pass 5), cleaning must keep room, a full log must give ENOSPC and come back after
 //! deletes, and a crash at any moment of cleaning must lose nothing.
 
+use super::policy::Policy;
 use super::*;
-use crate::clean::Policy;
 use crate::device::{BlockDevice, MemDevice, RecordingDevice, WriteSubset};
 use crate::fs::{Caller, Fs, MountOptions};
 use crate::mkfs::{mkfs, MkfsParams};

@@ -14,14 +14,14 @@
 //! down to `cleaner_reserve()`, which holds the worst case of a one-segment pass, so cleaning
 //! always has the room it needs. The argument is in docs/DESIGN.md, "Cleaning and the reserve".
 //!
-//! Which segments and when is policy: `crate::clean`.
+//! Which segments and when is policy: `policy`.
 
 use super::Fs;
-use crate::clean::control::{self, PassReport, SegmentInfo, UsageTable};
-use crate::clean::{CleanerCounters, Policy, ThresholdUpdate, Thresholds};
 use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED};
 use crate::Result;
 use parking_lot::Mutex;
+use policy::{CleanerCounters, Policy, ThresholdUpdate, Thresholds};
+use report::{PassReport, SegmentInfo, Status, UsageTable};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -29,6 +29,8 @@ use std::time::Instant;
 mod bound;
 use bound::*;
 mod live;
+pub mod policy;
+pub mod report;
 mod room;
 mod space;
 
@@ -266,7 +268,7 @@ impl Fs {
     pub(super) fn choose_victims(&self, policy: Policy, max: usize) -> Vec<u64> {
         let t = self.tables.lock();
         let seg_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
-        crate::clean::choose(
+        policy::choose(
             &t.ifile.usage,
             seg_bytes,
             crate::log::now_secs(),
@@ -613,7 +615,7 @@ impl Fs {
         }
     }
 
-    pub fn cleaner_status(&self) -> control::Status {
+    pub fn cleaner_status(&self) -> Status {
         let sp = self.space();
         let (clean, live, dirty) = {
             let t = self.tables.lock();
@@ -629,7 +631,7 @@ impl Fs {
         let segment_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
         let counters = self.cleaner_counters();
         let stats = self.stats();
-        control::Status {
+        Status {
             segments: self.sb.segments,
             segment_bytes,
             block_size: self.sb.block_size,

@@ -287,7 +287,7 @@ impl Fs {
             // charging every pass with them made it promise nothing; and when writers were
             // refused, the check above says so.)
             let r = sp.reserve.max(2) as f64;
-            let reclaim = ((r - 1.0) / r).min(crate::clean::MAX_VICTIM_UTILIZATION);
+            let reclaim = ((r - 1.0) / r).min(super::policy::MAX_VICTIM_UTILIZATION);
             for u in &t.ifile.usage {
                 live += u.live_bytes as u64;
                 let victim = u.flags & SEG_DIRTY != 0 && u.flags & (SEG_ACTIVE | SEG_RESERVED) == 0;
