@@ -2,10 +2,12 @@
 # What extended attributes cost, on DualFS and kernel ext4 on a loop device in one run: the
 # create rate of plain files against files that each get two small user. attributes, and the
 # throughput of 4 KiB writes (each write(2) makes the kernel ask for security.capability) to a
-# file without and with attributes. Prints each file system's rates and the ratios.
+# file without and with attributes. Prints each file system's rates and the ratios, with memfs
+# (bench/fuse-tools, the FUSE ceiling, attributes in memory) beside them: each setxattr is a
+# FUSE round trip of its own, which bounds the create ratio of any FUSE file system.
 #
 #   bench/xattr.sh                          # 20,000 files, 256 MiB of writes, best of 3
-#   bench/xattr.sh --files 50000 --write-mib 512 --rounds 5 --fs "dualfs ext4"
+#   bench/xattr.sh --files 50000 --write-mib 512 --rounds 5 --fs "dualfs memfs ext4"
 #   bench/xattr.sh --base /path/to/old/target/release
 #                                           # also DualFS built before attributes existed
 #                                           # (its mkfs-dualfs and dualfs): the writes before
@@ -15,7 +17,7 @@ set -euo pipefail
 export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
-FILES=20000 WRITE_MIB=256 ROUNDS=3 FS_LIST="dualfs ext4" SIZE=8G BASE=""
+FILES=20000 WRITE_MIB=256 ROUNDS=3 FS_LIST="dualfs memfs ext4" SIZE=8G BASE=""
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -77,6 +79,11 @@ for col in "${COLUMNS[@]}"; do
         "${R[$col|write4k]}" "${R[$col|write4k+xattr]}" \
         "$(bench_ratio "${R[$col|write4k+xattr]}" "${R[$col|write4k]}")"
 done
+if [ -n "${R[DualFS|create]:-}" ] && [ -n "${R[memfs (ceiling)|create]:-}" ]; then
+    echo "DualFS's create+2xattr ratio / the FUSE ceiling's:" \
+        "$(bench_ratio "$(bench_ratio "${R[DualFS|create+2xattr]}" "${R[DualFS|create]}")" \
+            "$(bench_ratio "${R[memfs (ceiling)|create+2xattr]}" "${R[memfs (ceiling)|create]}")")"
+fi
 if [ -n "$BASE" ]; then
     echo "4 KiB writes with attributes supported / before (DualFS, files without attributes):" \
         "$(bench_ratio "${R[DualFS|write4k]:-}" "${R[DualFS before|write4k]}")"

@@ -278,6 +278,9 @@ impl Filesystem for DualFuse {
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_BIG_WRITES,
+            // DualFS takes set-ID bits away on write, truncate and chown (fs/privileges.rs);
+            // in return the kernel stops asking for security.capability before each write.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ];
         if self.config.writeback_cache {
             wanted.push(InitFlags::FUSE_WRITEBACK_CACHE);
@@ -569,12 +572,17 @@ impl Filesystem for DualFuse {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, fh.0, offset, data) {
+        let written = if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            self.fs.write_unprivileged(ino.0, fh.0, offset, data)
+        } else {
+            self.fs.write(ino.0, fh.0, offset, data)
+        };
+        match written {
             Ok(written) => reply.written(written),
             // With a writeback cache the kernel may write back pages of a file after its last
             // name and handle went (and DualFS freed it): those bytes belong to nobody.

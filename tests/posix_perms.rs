@@ -308,3 +308,110 @@ fn writing_clears_setuid_and_setgid() {
     as_user(b, bg, || truncate(&f, 0)).unwrap();
     assert_eq!(perm(&lstat(&f)), 0o777, "truncate clears setuid");
 }
+
+#[test]
+fn what_a_change_takes_away_depends_on_who_makes_it() {
+    // DualFS takes set-ID bits away itself (FUSE_HANDLE_KILLPRIV_V2): each way a file
+    // changes, by a caller without CAP_FSETID and by root, which keeps them.
+    let fs = TestFs::new();
+    let d = fs.join("d");
+    dir_of(&d, ALICE, 0o777);
+    let f = d.join("prog");
+    file_of(&f, ALICE, 0o6777);
+    let (b, bg) = BOB;
+    as_user(b, bg, || {
+        fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&f)
+            .map(drop)
+    })
+    .unwrap();
+    assert_eq!(perm(&lstat(&f)), 0o777, "open(O_TRUNC) by another user");
+
+    // Root holds CAP_FSETID: its writes and truncates keep them.
+    chmod(&f, 0o6777).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"root")
+        .unwrap();
+    truncate(&f, 1).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&f)
+        .unwrap();
+    assert_eq!(
+        perm(&lstat(&f)),
+        0o6777,
+        "root's write, truncate and O_TRUNC"
+    );
+
+    // Set-group-ID without group execute marks mandatory locking: a write keeps it.
+    chmod(&f, 0o6767).unwrap();
+    as_user(b, bg, || {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .write_all(b"x")
+    })
+    .unwrap();
+    assert_eq!(
+        perm(&lstat(&f)),
+        0o2767,
+        "a write keeps setgid without group exec"
+    );
+
+    // Even a chown by root to the same owner takes them away (Linux's chown).
+    chmod(&f, 0o6777).unwrap();
+    chown(&f, ALICE.0, ALICE.1).unwrap();
+    assert_eq!(perm(&lstat(&f)), 0o777, "chown by root");
+    // Directories keep setgid through a chown (it is how new files get their group).
+    chmod(&d, 0o2777).unwrap();
+    chown(&d, BOB.0, BOB.1).unwrap();
+    assert_eq!(perm(&lstat(&d)), 0o2777, "chown of a directory");
+}
+
+/// `security.capability` of version 2 granting CAP_NET_RAW, as setcap writes it.
+fn capability_value() -> Vec<u8> {
+    let mut v = 0x0200_0001u32.to_le_bytes().to_vec(); // VFS_CAP_REVISION_2 | effective
+    for word in [1u32 << 13, 0, 0, 0] {
+        v.extend_from_slice(&word.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn a_write_or_truncate_takes_file_capabilities_away() {
+    // The kernel stops asking for security.capability once it found none on an inode
+    // (SB_NOSEC, from FUSE_HANDLE_KILLPRIV_V2); setting one must make it look again.
+    let mut fs = TestFs::new();
+    let f = fs.join("prog");
+    file_of(&f, (0, 0), 0o755);
+    let mut w = fs::OpenOptions::new().write(true).open(&f).unwrap();
+    w.write_all(b"before any capability").unwrap();
+    for (round, change) in ["write", "truncate", "chown"].iter().enumerate() {
+        sys::setxattr(&f, "security.capability", &capability_value(), 0, false).unwrap();
+        assert_eq!(
+            sys::getxattr(&f, "security.capability").unwrap(),
+            capability_value()
+        );
+        match *change {
+            "write" => w.write_all(b"x").unwrap(),
+            "truncate" => truncate(&f, round as u64).unwrap(),
+            _ => chown(&f, 0, 0).unwrap(),
+        }
+        let left = sys::getxattr(&f, "security.capability");
+        assert_eq!(
+            left.map_err(|e| e.raw_os_error()),
+            Err(Some(libc::ENODATA)),
+            "the capability after a {change}"
+        );
+    }
+    drop(w);
+    fs.remount();
+    assert_errno!(sys::getxattr(&f, "security.capability"), libc::ENODATA);
+}

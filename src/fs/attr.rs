@@ -31,7 +31,7 @@ impl Fs {
         Ok(a)
     }
 
-    pub fn setattr(&self, _caller: &Caller, ino: u64, set: &SetAttr) -> Result<Attr> {
+    pub fn setattr(&self, caller: &Caller, ino: u64, set: &SetAttr) -> Result<Attr> {
         // A size change is a truncate, which frees space: it may use the deletes' reserve.
         let _admitted = self.admit(if set.size.is_some() {
             Admit::Delete
@@ -68,6 +68,14 @@ impl Fs {
         }
         if let Some(g) = set.gid {
             st.d.gid = g;
+        }
+        // A change of owner takes the set-ID bits away; so does a truncate by a caller
+        // without CAP_FSETID (privileges.rs).
+        if set.uid.is_some()
+            || set.gid.is_some()
+            || (set.size.is_some() && super::privileges::drops_set_ids(caller))
+        {
+            st.d.mode = super::privileges::without_set_ids(st.d.mode);
         }
         match set.atime {
             Some(SetTime::Now) => st.d.atime = to_disk_time(now),

@@ -59,7 +59,7 @@ impl Fs {
     /// Open an existing file; `flags` are the open(2) flags (O_TRUNC, O_APPEND honoured).
     /// An immutable file opens for reading only; an append-only one for writing with
     /// O_APPEND only, never with O_TRUNC.
-    pub fn open(&self, _caller: &Caller, ino: u64, flags: i32) -> Result<u64> {
+    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> Result<u64> {
         self.alive()?;
         let e = self.inode(ino)?;
         let kind = FileKind::from_mode(e.state.read().d.mode);
@@ -88,6 +88,9 @@ impl Fs {
             let _op = e.op.lock_arc();
             self.check_entry(&e, Change::Modify)?;
             self.truncate_locked(&e, 0)?;
+            if super::privileges::drops_set_ids(caller) {
+                self.drop_set_ids_locked(&e);
+            }
         }
         self.count_open(&e)?;
         Ok(self.new_handle(ino, flags))
@@ -501,6 +504,23 @@ impl Fs {
 
     /// Returns the number of bytes written (all of `data` unless an error).
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_by(ino, fh, offset, data, false)
+    }
+
+    /// A write by a caller without CAP_FSETID (the kernel's FUSE_WRITE_KILL_SUIDGID): it
+    /// also takes the file's set-ID bits away (privileges.rs).
+    pub fn write_unprivileged(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_by(ino, fh, offset, data, true)
+    }
+
+    fn write_by(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        drop_set_ids: bool,
+    ) -> Result<u32> {
         let _admitted = self.admit(Admit::Write(data.len() as u64))?;
         let h = self.handle(fh)?;
         if h.ino != ino {
@@ -520,6 +540,9 @@ impl Fs {
         )?;
         if data.is_empty() {
             return Ok(0);
+        }
+        if drop_set_ids {
+            self.drop_set_ids_locked(&e);
         }
         let off = if h.append { size } else { offset };
         self.write_locked(&e, size, off, data)?;

@@ -20,6 +20,7 @@ mod flush;
 pub mod inode;
 mod kernel_refs;
 mod mount;
+mod privileges;
 mod records;
 mod rename;
 mod repair;

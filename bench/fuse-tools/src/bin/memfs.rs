@@ -13,8 +13,11 @@
 //! It is a real POSIX tree, enough to unpack and build a kernel on it: files, directories,
 //! symlinks, hard links, device nodes and fifos, rename (with RENAME_NOREPLACE and
 //! RENAME_EXCHANGE), truncate, times and modes; an unlinked inode lives on while the kernel
-//! still knows it (its lookup count), as open-unlinked files need. No extended attributes, no
-//! locks (the kernel keeps flock/POSIX locks locally), no persistence.
+//! still knows it (its lookup count), as open-unlinked files need; extended attributes (a map
+//! per inode, no ACLs: the kernel's own checks only), taking set-ID bits away on write and
+//! chown itself (FUSE_HANDLE_KILLPRIV_V2, as DualFS, so that the kernel does not ask for
+//! `security.capability` before every write). No locks (the kernel keeps flock/POSIX locks
+//! locally), no persistence.
 //!
 //! One reader-writer lock guards the whole tree: every critical section is a hash lookup or a
 //! memcpy of at most one request (1 MiB), far shorter than the FUSE round trip around it.
@@ -23,7 +26,7 @@ use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
@@ -91,6 +94,7 @@ struct Node {
     /// References the kernel holds (entries replied minus forgotten). Atomic so that lookups
     /// only need the tree's read lock.
     lookups: AtomicU64,
+    xattrs: BTreeMap<OsString, Vec<u8>>,
 }
 
 impl Node {
@@ -264,6 +268,7 @@ impl MemFs {
             },
             content: Content::Dir(Dir::new(ROOT)),
             lookups: AtomicU64::new(0),
+            xattrs: BTreeMap::new(),
         };
         MemFs {
             tree: RwLock::new(Tree {
@@ -309,6 +314,7 @@ impl MemFs {
                 attr,
                 content,
                 lookups: AtomicU64::new(1),
+                xattrs: BTreeMap::new(),
             },
         );
         t.dir_mut(p)?.insert(name, ino);
@@ -450,6 +456,9 @@ impl MemFs {
         if let Some(g) = gid {
             a.gid = g;
         }
+        if (uid.is_some() || gid.is_some()) && a.kind == FileType::RegularFile {
+            a.perm = without_set_ids(a.perm);
+        }
         if let Some(at) = atime {
             a.atime = time_of(at);
         }
@@ -460,7 +469,7 @@ impl MemFs {
         Ok(*a)
     }
 
-    fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+    fn write(&self, ino: u64, offset: u64, data: &[u8], kill_set_ids: bool) -> Result<u32, Errno> {
         let mut t = self.tree.write().unwrap();
         let end = offset
             .checked_add(data.len() as u64)
@@ -478,11 +487,35 @@ impl MemFs {
         let len = bytes.len() as u64;
         n.attr.size = len;
         n.attr.blocks = len.div_ceil(512);
+        if kill_set_ids {
+            n.attr.perm = without_set_ids(n.attr.perm);
+        }
         let now = SystemTime::now();
         n.attr.mtime = now;
         n.attr.ctime = now;
         t.data_bytes += len - old as u64;
         Ok(data.len() as u32)
+    }
+}
+
+/// `perm` without the set-ID bits a write or chown takes from a regular file.
+fn without_set_ids(perm: u16) -> u16 {
+    let mut p = perm & !(libc::S_ISUID as u16);
+    if p & libc::S_IXGRP as u16 != 0 {
+        p &= !(libc::S_ISGID as u16);
+    }
+    p
+}
+
+/// Reply to a getxattr or listxattr with `value`: its size for the size probe, ERANGE if
+/// it does not fit `size`.
+fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
     }
 }
 
@@ -513,6 +546,7 @@ impl Filesystem for MemFs {
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             if cfg.add_capabilities(flag).is_err() {
                 eprintln!("memfs: the kernel does not offer {flag:?}");
@@ -715,12 +749,13 @@ impl Filesystem for MemFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.write(u64::from(ino), offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.write(u64::from(ino), offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -783,6 +818,66 @@ impl Filesystem for MemFs {
             }
         }
         reply.ok();
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mut t = self.tree.write().unwrap();
+        let r = t.node_mut(u64::from(ino)).and_then(|n| {
+            let exists = n.xattrs.contains_key(name);
+            if flags & libc::XATTR_CREATE != 0 && exists {
+                return Err(Errno::EEXIST);
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !exists {
+                return Err(Errno::ENODATA);
+            }
+            n.xattrs.insert(name.to_os_string(), value.to_vec());
+            n.attr.ctime = SystemTime::now();
+            Ok(())
+        });
+        empty(reply, r);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let t = self.tree.read().unwrap();
+        match t.node(u64::from(ino)).map(|n| n.xattrs.get(name)) {
+            Ok(Some(v)) => xattr_reply(reply, size, v),
+            Ok(None) => reply.error(Errno::ENODATA),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let t = self.tree.read().unwrap();
+        match t.node(u64::from(ino)) {
+            Ok(n) => {
+                let mut names = Vec::new();
+                for k in n.xattrs.keys() {
+                    names.extend_from_slice(k.as_bytes());
+                    names.push(0);
+                }
+                xattr_reply(reply, size, &names);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut t = self.tree.write().unwrap();
+        let r = t.node_mut(u64::from(ino)).and_then(|n| {
+            n.xattrs.remove(name).ok_or(Errno::ENODATA)?;
+            n.attr.ctime = SystemTime::now();
+            Ok(())
+        });
+        empty(reply, r);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
