@@ -344,6 +344,50 @@ fn full_data_device_gives_enospc_then_deletes_give_room_back() {
     fs.unmount();
 }
 
+/// Files kept open after a small write each hold reservation windows (most of a small data
+/// device here); df counts those blocks as free, and one file of exactly what df shows
+/// can be written: the windows go back before a writer is answered ENOSPC.
+#[test]
+fn files_kept_open_hold_no_space_df_shows_free() {
+    dualfs_only!();
+    let mut fs = TestFs::builder().sizes(64 << 20, 16 << 20).mount();
+    let open: Vec<fs::File> = (0..400)
+        .map(|i| {
+            let mut f = fs::File::create(fs.join(format!("open{i:03}"))).unwrap();
+            f.write_all(&content(i, BS as usize)).unwrap();
+            f
+        })
+        .collect();
+    let st = statvfs(fs.path());
+    // Block 0 is the data superblock; each open file owns one block.
+    assert_eq!(
+        st.f_bfree,
+        st.f_blocks - 1 - 400,
+        "df counts what the files hold, no more"
+    );
+    let want = st.f_bavail * st.f_frsize;
+    let chunk = content(1000, 1 << 20);
+    let mut big = fs::File::create(fs.join("big")).unwrap();
+    let mut at = 0;
+    while at < want {
+        let n = chunk.len().min((want - at) as usize);
+        big.write_all(&chunk[..n])
+            .unwrap_or_else(|e| panic!("writing at {at} of the {want} bytes df showed: {e}"));
+        at += n as u64;
+    }
+    big.sync_all().unwrap();
+    assert_eq!(statvfs(fs.path()).f_bavail, 0);
+    drop(big);
+    drop(open);
+    fs.remount();
+    assert_eq!(fs::metadata(fs.join("big")).unwrap().len(), want);
+    assert_eq!(
+        fs::read(fs.join("open399")).unwrap(),
+        content(399, BS as usize)
+    );
+    fs.unmount();
+}
+
 #[test]
 fn full_metadata_device_gives_enospc_then_deletes_give_room_back() {
     dualfs_only!();

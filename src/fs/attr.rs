@@ -127,8 +127,11 @@ impl Fs {
         let bs = self.sb.block_size as u64;
         let ffree = (room / self.file_log_bytes()).min((u32::MAX as u64).saturating_sub(in_use));
         // Blocks freed by transactions still pending are free: a write that needs them
-        // writes the log first.
-        let free = self.tables.lock().data.free_blocks() + self.pending_data_frees();
+        // writes the log first. So are blocks in files' reservation windows: a write short
+        // of blocks takes them back first (alloc.rs).
+        let free = self.tables.lock().data.free_blocks()
+            + self.pending_data_frees()
+            + self.windows.blocks();
         // A log block of pointers maps ppb data blocks (and its ancestors take 1/ppb more).
         let describable = (room / bs).saturating_mul(self.ppb - 1);
         Ok(StatFs {

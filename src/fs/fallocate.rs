@@ -168,7 +168,7 @@ impl Fs {
     }
 
     /// Reserve data blocks for the holes of `m`: their addresses, in file block order.
-    fn reserve_holes(&self, e: &InodeEntry, m: &RangeMap) -> Result<Vec<(u64, u64)>> {
+    fn reserve_holes(&self, e: &Arc<InodeEntry>, m: &RangeMap) -> Result<Vec<(u64, u64)>> {
         let n = m.hole_count();
         if n == 0 {
             return Ok(Vec::new());

@@ -30,9 +30,6 @@ pub(crate) fn regular_size(e: &InodeEntry) -> Result<u64> {
     }
 }
 
-/// Largest reservation window, in blocks (it grows with the file up to this).
-const MAX_WINDOW: u64 = 1024;
-
 impl Fs {
     pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
         self.handles
@@ -125,9 +122,7 @@ impl Fs {
             let mut st = e.state.write();
             st.opens = st.opens.saturating_sub(1);
             if st.opens == 0 {
-                if let Some((next, end)) = st.window.take() {
-                    self.tables.lock().data.unreserve(next, end - next);
-                }
+                self.return_window(&e, &mut st);
             }
             (st.opens == 0, st.d.nlink == 0 && !st.deleted)
         };
@@ -272,9 +267,7 @@ impl Fs {
             generation: st.d.generation,
         });
         drop(recs);
-        if let Some((next, end)) = st.window.take() {
-            self.tables.lock().data.unreserve(next, end - next);
-        }
+        self.return_window(e, st);
         st.deleted = true;
         st.long_target = None;
         st.target_dirty = false;
@@ -417,91 +410,6 @@ impl Fs {
         self.records.data_freed()
     }
 
-    /// Take `n` data blocks for `e` from its reservation window, reserving a new window near
-    /// `goal` when it runs out. With `contiguous` (preallocation) a window is the first free
-    /// run long enough for the rest, where there is one. Returns runs (start, count); ENOSPC
-    /// (nothing reserved) when there are not `n` free blocks.
-    fn alloc_data(
-        &self,
-        st: &mut InodeState,
-        n: u64,
-        goal: u64,
-        mut contiguous: bool,
-    ) -> Result<Vec<(u64, u64)>> {
-        let in_window = st.window.map_or(0, |(next, end)| end - next);
-        if n > in_window && n - in_window > self.tables.lock().data.free_blocks() {
-            return Err(FsError::Errno(libc::ENOSPC));
-        }
-        let mut goal = goal;
-        if let (true, Some((next, end))) = (contiguous, st.window) {
-            // A window too short for a preallocation would split it: look from its start.
-            if end - next < n {
-                self.tables.lock().data.unreserve(next, end - next);
-                st.window = None;
-                goal = next;
-            }
-        }
-        let mut out: Vec<(u64, u64)> = Vec::new();
-        let mut need = n;
-        while need > 0 {
-            if let Some((next, end)) = st.window {
-                let k = need.min(end - next);
-                match out.last_mut() {
-                    Some(r) if r.0 + r.1 == next => r.1 += k,
-                    _ => out.push((next, k)),
-                }
-                st.window = if next + k < end {
-                    Some((next + k, end))
-                } else {
-                    None
-                };
-                need -= k;
-                continue;
-            }
-            let want = need.max((8 + st.d.blocks / 8).min(MAX_WINDOW));
-            let g = out.last().map(|r| r.0 + r.1).unwrap_or(goal);
-            let got = {
-                let mut t = self.tables.lock();
-                if contiguous {
-                    let got = t.data.reserve_run(g, want);
-                    // No run that long anywhere: the rest is taken as it comes.
-                    contiguous = got.is_some_and(|r| r.1 >= want.min(t.data.blocks_per_group));
-                    got
-                } else {
-                    t.data.reserve(g, want)
-                }
-            };
-            match got {
-                Some((s, len)) => st.window = Some((s, s + len)),
-                None => {
-                    self.unreserve_runs(&out);
-                    return Err(FsError::Errno(libc::ENOSPC));
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Where a file's next block should go: after its last block, or its home group.
-    fn data_goal(&self, st: &InodeState, block: u64) -> u64 {
-        if let Some((next, _)) = st.window {
-            return next;
-        }
-        let mut n = block;
-        for _ in 0..64 {
-            if n == 0 {
-                break;
-            }
-            n -= 1;
-            if let Ok(raw) = bmap::lookup(st, n, self.ppb) {
-                if let Some(a) = DataPtr::decode(raw).addr() {
-                    return a + (block - n);
-                }
-            }
-        }
-        self.tables.lock().data.group_start(st.d.group as u64)
-    }
-
     /// Returns the number of bytes written (all of `data` unless an error).
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.write_by(ino, fh, offset, data, false)
@@ -632,48 +540,10 @@ impl Fs {
         Ok(())
     }
 
-    /// Reserve `n` data blocks for `e`, the first near file block `block`. Blocks freed by
-    /// deletes become allocatable once the log has the free: a full device has room again
-    /// right after `rm`, not only after the next flush.
-    pub(crate) fn alloc_data_retrying(
-        &self,
-        e: &InodeEntry,
-        n: u64,
-        block: u64,
-        contiguous: bool,
-    ) -> Result<Vec<(u64, u64)>> {
-        let alloc = || {
-            let mut st = e.state.write();
-            let goal = self.data_goal(&st, block);
-            self.alloc_data(&mut st, n, goal, contiguous)
-        };
-        match alloc() {
-            Err(FsError::Errno(libc::ENOSPC)) if self.data_frees_pending() => {
-                self.sync_log()?;
-                alloc()
-            }
-            r => r,
-        }
-    }
-
-    /// Give back reserved runs an operation could not use.
-    pub(crate) fn unreserve_runs(&self, runs: &[(u64, u64)]) {
-        let mut t = self.tables.lock();
-        for &(s, c) in runs {
-            t.data.unreserve(s, c);
-        }
-    }
-
-    /// Log the allocation of `runs` (under the gate, with the pointers that use them).
-    pub(crate) fn record_allocations(&self, runs: &[(u64, u64)]) {
-        let mut recs = self.records.lock();
-        for &(start, count) in runs {
-            recs.push(Record::DAlloc { start, count });
-        }
-    }
-
     /// Put `data` (file offset `off`) into device blocks `addrs` (file blocks from `first`).
-    /// Fresh blocks are written whole, zero-padded; existing ones only where data goes.
+    /// Fresh blocks are written whole, zero-padded; existing ones only where data goes. The
+    /// bytes of each run of consecutive device blocks go straight from `data`, in one write;
+    /// only a fresh block the data covers in part is assembled apart, with its zeros.
     fn write_blocks(
         &self,
         addrs: &[u64],
@@ -692,23 +562,47 @@ impl Fs {
                 j += 1;
             }
             let (fb0, fb1) = (first + i as u64, first + j as u64); // file blocks [fb0, fb1)
-            let lo = if fresh[i] {
-                fb0 * bs
-            } else {
-                (fb0 * bs).max(off)
-            };
-            let hi = if fresh[j - 1] {
-                fb1 * bs
-            } else {
-                (fb1 * bs).min(end)
-            };
-            let mut buf = vec![0u8; (hi - lo) as usize];
-            let (dlo, dhi) = (off.max(lo), end.min(hi));
-            buf[(dlo - lo) as usize..(dhi - lo) as usize]
-                .copy_from_slice(&data[(dlo - off) as usize..(dhi - off) as usize]);
-            self.data.write_at(&buf, addrs[i] * bs + (lo - fb0 * bs))?;
+            let dev = |file_off: u64| (addrs[i] + (file_off / bs - fb0)) * bs + file_off % bs;
+            // The part of the run the data covers, and what must be written around it.
+            let (mut lo, mut hi) = ((fb0 * bs).max(off), (fb1 * bs).min(end));
+            if fresh[i] && lo > fb0 * bs {
+                // A fresh first block the data starts inside: its zeros, then its data.
+                let block_end = ((fb0 + 1) * bs).min(hi);
+                self.write_padded(data, off, fb0 * bs, lo, block_end, dev(fb0 * bs))?;
+                lo = block_end;
+            }
+            if fresh[j - 1] && hi < fb1 * bs && hi > lo {
+                // A fresh last block the data ends inside: its data, then its zeros.
+                let block_start = ((fb1 - 1) * bs).max(lo);
+                self.write_padded(data, off, block_start, block_start, hi, dev(block_start))?;
+                hi = block_start;
+            }
+            if hi > lo {
+                let bytes = &data[(lo - off) as usize..(hi - off) as usize];
+                self.data.write_at(bytes, dev(lo))?;
+            }
             i = j;
         }
+        Ok(())
+    }
+
+    /// Write one fresh block's part [from, from + the block's rest) with the request's bytes
+    /// [lo, hi) in it and zeros around them (file offsets; `data` starts at file offset `off`).
+    fn write_padded(
+        &self,
+        data: &[u8],
+        off: u64,
+        from: u64,
+        lo: u64,
+        hi: u64,
+        dev: u64,
+    ) -> Result<()> {
+        let bs = self.sb.block_size as u64;
+        let to = (from / bs + 1) * bs;
+        let mut buf = vec![0u8; (to - from) as usize];
+        buf[(lo - from) as usize..(hi - from) as usize]
+            .copy_from_slice(&data[(lo - off) as usize..(hi - off) as usize]);
+        self.data.write_at(&buf, dev)?;
         Ok(())
     }
 

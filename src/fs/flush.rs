@@ -470,6 +470,7 @@ impl Fs {
             if let Err(e) = r {
                 log::warn!("periodic log write: {e}");
             }
+            me.return_idle_windows();
             me.background_clean();
             me.trim_caches();
         }

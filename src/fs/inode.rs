@@ -6,6 +6,7 @@
 
 use super::types::Timespec;
 use crate::format::inode::{DiskInode, DiskTime};
+use lru::LruCache;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,8 @@ pub struct InodeState {
     pub target_dirty: bool,
     /// Data blocks reserved for this file's next writes: [next, end).
     pub window: Option<(u64, u64)>,
+    /// A write took blocks from the window since the last sweep of idle windows (alloc.rs).
+    pub window_used: bool,
 }
 
 pub struct InodeEntry {
@@ -59,6 +62,7 @@ impl InodeEntry {
                 long_target: None,
                 target_dirty: false,
                 window: None,
+                window_used: false,
             }),
         })
     }
@@ -80,9 +84,17 @@ pub fn from_disk_time(t: DiskTime) -> Timespec {
 
 const SHARDS: usize = 64;
 
-/// The inode cache: sharded so lookups of different inodes do not contend.
+type Shard = LruCache<u64, Arc<InodeEntry>>;
+
+/// The inode cache: sharded so lookups of different inodes do not contend, and evicting by
+/// recency. Each shard keeps its entries in use order (`lru`: a hash map over a linked list):
+/// a lookup already takes its shard's lock to find the entry, and moving the entry to the
+/// front under that lock is O(1), so recency costs no lock and no shared counter on the
+/// lookup and getattr path. Eviction takes from every shard its least recently used clean,
+/// unreferenced entries, in proportion to the shard's size (inode numbers spread evenly over
+/// shards, so this approximates one global LRU order).
 pub struct InodeCache {
-    shards: Vec<Mutex<HashMap<u64, Arc<InodeEntry>>>>,
+    shards: Vec<Mutex<Shard>>,
     /// Bumped by every eviction: a load that raced with one is retried.
     evictions: AtomicU64,
 }
@@ -90,17 +102,37 @@ pub struct InodeCache {
 impl Default for InodeCache {
     fn default() -> Self {
         InodeCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(LruCache::unbounded()))
+                .collect(),
             evictions: AtomicU64::new(0),
         }
     }
 }
 
+/// Approximate memory an entry holds: the inode plus its cached indirect blocks (a state
+/// locked by someone else counts as the inode alone).
+fn entry_bytes(e: &InodeEntry, block_size: u32) -> u64 {
+    512 + e
+        .state
+        .try_read()
+        .map_or(0, |st| st.ptrs.len() as u64 * block_size as u64)
+}
+
+/// Nothing but the cache holds `e`, and it has nothing the log or the allocator still needs.
+fn evictable(e: &Arc<InodeEntry>) -> bool {
+    Arc::strong_count(e) == 1
+        && e.state.try_read().is_some_and(|st| {
+            !st.dirty && st.opens == 0 && st.window.is_none() && !st.ptrs.values().any(|p| p.dirty)
+        })
+}
+
 impl InodeCache {
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Arc<InodeEntry>>> {
+    fn shard(&self, ino: u64) -> &Mutex<Shard> {
         &self.shards[(ino as usize) % SHARDS]
     }
 
+    /// The cached entry, now the most recently used of its shard.
     pub fn get(&self, ino: u64) -> Option<Arc<InodeEntry>> {
         self.shard(ino).lock().get(&ino).cloned()
     }
@@ -119,67 +151,73 @@ impl InodeCache {
         if self.evictions.load(Ordering::Acquire) != seen {
             return None;
         }
-        s.insert(e.ino, e.clone());
+        s.put(e.ino, e.clone());
         Some(e)
     }
 
     /// Insert a brand-new inode (just allocated: nobody can have it cached).
     pub fn insert_new(&self, e: Arc<InodeEntry>) {
-        let old = self.shard(e.ino).lock().insert(e.ino, e);
+        let old = self.shard(e.ino).lock().put(e.ino, e);
         assert!(old.is_none(), "new inode already cached");
     }
 
     pub fn remove(&self, ino: u64) {
-        self.shard(ino).lock().remove(&ino);
+        self.shard(ino).lock().pop(&ino);
         self.evictions.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Approximate memory held: inodes plus their cached indirect blocks.
     pub fn bytes(&self, block_size: u32) -> u64 {
-        let mut n = 0u64;
-        for s in &self.shards {
-            for e in s.lock().values() {
-                n += 512;
-                if let Some(st) = e.state.try_read() {
-                    n += st.ptrs.len() as u64 * block_size as u64;
-                }
-            }
-        }
-        n
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .iter()
+                    .map(|(_, e)| entry_bytes(e, block_size))
+                    .sum::<u64>()
+            })
+            .sum()
     }
 
-    /// Drop clean, unused inodes until about `target` bytes remain. An entry is unused when
-    /// only the cache holds it (no operation, dirty list or log write has a reference).
+    /// Number of cached entries.
+    pub fn count(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Drop clean, unused inodes, least recently used first, until about `target` bytes
+    /// remain. An entry is unused when only the cache holds it (no operation, dirty list,
+    /// window list or log write has a reference). Each shard keeps its share of `target` (in
+    /// proportion to its size); a second round spreads what shards full of entries in use
+    /// could not give up over the others.
     pub fn evict(&self, target: u64, block_size: u32) {
-        let mut have = self.bytes(block_size);
-        for s in &self.shards {
+        for _round in 0..2 {
+            let have = self.bytes(block_size);
             if have <= target {
                 return;
             }
-            let mut map = s.lock();
-            let victims: Vec<u64> = map
-                .iter()
-                .filter(|(_, e)| {
-                    Arc::strong_count(e) == 1
-                        && e.state.try_read().is_some_and(|st| {
-                            !st.dirty
-                                && st.opens == 0
-                                && st.window.is_none()
-                                && !st.ptrs.values().any(|p| p.dirty)
-                        })
-                })
-                .map(|(&i, _)| i)
-                .collect();
-            for i in victims {
-                if have <= target {
-                    break;
+            for s in &self.shards {
+                let mut map = s.lock();
+                let mut left: u64 = map.iter().map(|(_, e)| entry_bytes(e, block_size)).sum();
+                let keep = (left as u128 * target as u128 / have as u128) as u64;
+                let mut victims = Vec::new();
+                // Least recently used first.
+                for (&ino, e) in map.iter().rev() {
+                    if left <= keep {
+                        break;
+                    }
+                    if evictable(e) {
+                        left = left.saturating_sub(entry_bytes(e, block_size));
+                        victims.push(ino);
+                    }
                 }
-                if let Some(e) = map.remove(&i) {
-                    have = have
-                        .saturating_sub(512 + e.state.read().ptrs.len() as u64 * block_size as u64);
+                if victims.is_empty() {
+                    continue;
                 }
+                for ino in victims {
+                    map.pop(&ino);
+                }
+                self.evictions.fetch_add(1, Ordering::AcqRel);
             }
-            self.evictions.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -187,7 +225,7 @@ impl InodeCache {
     pub fn all(&self) -> Vec<Arc<InodeEntry>> {
         self.shards
             .iter()
-            .flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>())
+            .flat_map(|s| s.lock().iter().map(|(_, e)| e.clone()).collect::<Vec<_>>())
             .collect()
     }
 }
@@ -257,5 +295,80 @@ impl InoAllocator {
 
     pub fn free_count(&self) -> u64 {
         self.free.len() as u64 + self.held.len() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ino: u64) -> Arc<InodeEntry> {
+        InodeEntry::new(
+            DiskInode {
+                ino,
+                ..DiskInode::default()
+            },
+            false,
+        )
+    }
+
+    /// A set of inodes used all the time stays cached through a scan of many more inodes
+    /// than the cache holds (each used once, as by `find` or a backup), with the cache
+    /// trimmed as the background thread trims it; the scan's inodes are what goes.
+    #[test]
+    fn a_hot_set_survives_a_scan_larger_than_the_cache() {
+        let cache = InodeCache::default();
+        let budget = 2000 * 512; // 2,000 inodes
+        let hot: Vec<u64> = (1..=300).map(|i| i * 7).collect();
+        for &ino in &hot {
+            cache.insert_new(entry(ino));
+        }
+        let mut next = 100_000u64;
+        for round in 0..50 {
+            // 1,000 new inodes each round: 50,000 in all, 25 times the cache.
+            for _ in 0..1000 {
+                cache.insert_new(entry(next));
+                next += 1;
+                if next % 100 == 0 {
+                    for &ino in &hot {
+                        assert!(
+                            cache.get(ino).is_some(),
+                            "hot inode {ino} evicted (round {round})"
+                        );
+                    }
+                }
+            }
+            cache.evict(budget * 3 / 4, 4096);
+            assert!(cache.bytes(4096) <= budget * 3 / 4, "round {round}");
+        }
+        for &ino in &hot {
+            assert!(cache.get(ino).is_some(), "hot inode {ino} evicted");
+        }
+        // What stayed of the scan is its newest part.
+        assert!(cache.get(100_000).is_none());
+        assert!(cache.get(next - 1).is_some());
+    }
+
+    /// Entries in use (held by someone, dirty, open) are never evicted, whatever their age;
+    /// the cache then stays over its target rather than drop them.
+    #[test]
+    fn entries_in_use_are_never_evicted() {
+        let cache = InodeCache::default();
+        let held: Vec<Arc<InodeEntry>> = (1..=100).map(entry).collect();
+        for e in &held {
+            cache.insert_new(e.clone());
+        }
+        let dirty = entry(101);
+        dirty.state.write().dirty = true;
+        cache.insert_new(dirty);
+        let open = entry(102);
+        open.state.write().opens = 1;
+        cache.insert_new(open);
+        for ino in 1000..3000 {
+            cache.insert_new(entry(ino));
+        }
+        cache.evict(0, 4096);
+        assert_eq!(cache.count(), 102);
+        assert!((1..=102).all(|ino| cache.get(ino).is_some()));
     }
 }

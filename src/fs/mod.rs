@@ -7,6 +7,7 @@
 //! the gate, and no lock they need is held across device I/O.
 
 pub mod acl;
+mod alloc;
 mod attr;
 mod blockcache;
 mod bmap;
@@ -182,6 +183,8 @@ pub struct Fs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     rename_lock: Mutex<()>,
+    /// Data blocks reserved for files' next writes (alloc.rs).
+    windows: alloc::Windows,
     /// One cleaning pass at a time.
     cleaning: Mutex<()>,
     /// Cleaning and admission state: thresholds, counters, charges of pending work.
@@ -341,6 +344,8 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
     v.into_iter().map(|e| e.op.lock_arc()).collect()
 }
 
+#[cfg(test)]
+mod alloc_tests;
 #[cfg(test)]
 mod falloc_tests;
 #[cfg(test)]

@@ -169,6 +169,7 @@ impl Fs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             rename_lock: Mutex::new(()),
+            windows: Default::default(),
             cleaning: Mutex::new(()),
             cleaner: super::clean::CleanerState::new(),
             stats: Mutex::new(Stats::default()),
@@ -366,10 +367,7 @@ impl Fs {
         }
         // Reserved but unused data blocks go back (in memory only; nothing durable names them).
         for e in self.inodes.all() {
-            let mut st = e.state.write();
-            if let Some((next, end)) = st.window.take() {
-                self.tables.lock().data.unreserve(next, end - next);
-            }
+            self.return_window(&e, &mut e.state.write());
         }
         self.checkpoint(true)?;
         self.meta.flush()?;

@@ -1,0 +1,239 @@
+//! Data allocation: per-file reservation windows.
+//!
+//! A file being written holds a *window*, a run of reserved data blocks right after its last
+//! block, and its new blocks come from there: a file written sequentially comes out
+//! contiguous even while other files are written. A window pins free space, so it goes back
+//! to the allocator (in memory only: nothing durable names reserved blocks)
+//! - at the file's last close;
+//! - when it was idle for a whole flush interval: the background thread sweeps the windows
+//!   after each periodic log write, and returns every one no write took blocks from since
+//!   the sweep before (second chance). A writer that comes back finds its next block free
+//!   in the common case (the file's goal is its last block + 1), so it stays contiguous;
+//! - all of them, before a writer is answered ENOSPC.
+//!
+//! So windowed blocks are free space, and statfs counts them as free (`Windows::blocks`).
+
+use super::inode::{InodeEntry, InodeState};
+use super::Fs;
+use crate::format::bmap::DataPtr;
+use crate::format::summary::Record;
+use crate::{FsError, Result};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Largest reservation window, in blocks (it grows with the file up to this).
+const MAX_WINDOW: u64 = 1024;
+
+/// Every file that holds a window, and how many blocks all windows hold.
+///
+/// Lock order: an inode's `state`, then `files`, then the tables. Every inode with a window is
+/// in `files` (it is added, under its state lock, when it gets one, and removed only under its
+/// state lock when it has none); an entry may stay a little after its window went (until the
+/// next sweep), which only delays that inode's eviction.
+#[derive(Default)]
+pub(crate) struct Windows {
+    files: Mutex<HashMap<u64, Arc<InodeEntry>>>,
+    blocks: AtomicU64,
+}
+
+impl Windows {
+    /// Blocks reserved in windows and not yet given to a write (free space).
+    pub(crate) fn blocks(&self) -> u64 {
+        self.blocks.load(Ordering::Acquire)
+    }
+
+    fn entries(&self) -> Vec<Arc<InodeEntry>> {
+        self.files.lock().values().cloned().collect()
+    }
+
+    /// Forget `e` (the caller holds its state lock and it has no window), unless the number
+    /// went to a newer entry meanwhile.
+    fn forget(&self, e: &Arc<InodeEntry>) {
+        let mut files = self.files.lock();
+        if files.get(&e.ino).is_some_and(|x| Arc::ptr_eq(x, e)) {
+            files.remove(&e.ino);
+        }
+    }
+}
+
+impl Fs {
+    /// Give back the rest of `e`'s window (the caller holds its state lock `st`).
+    pub(crate) fn return_window(&self, e: &Arc<InodeEntry>, st: &mut InodeState) {
+        if let Some((next, end)) = st.window.take() {
+            self.windows.blocks.fetch_sub(end - next, Ordering::AcqRel);
+            self.tables.lock().data.unreserve(next, end - next);
+        }
+        self.windows.forget(e);
+    }
+
+    /// Return every window no write used since the last sweep; mark the others unused.
+    /// Called by the background thread after each periodic log write.
+    pub(crate) fn return_idle_windows(&self) {
+        for e in self.windows.entries() {
+            let mut st = e.state.write();
+            if st.window.is_some() && st.window_used {
+                st.window_used = false;
+            } else {
+                self.return_window(&e, &mut st);
+            }
+        }
+    }
+
+    /// Return every window (a writer is short of blocks). Returns how many blocks came back.
+    fn return_all_windows(&self) -> u64 {
+        let before = self.windows.blocks();
+        for e in self.windows.entries() {
+            self.return_window(&e, &mut e.state.write());
+        }
+        before.saturating_sub(self.windows.blocks())
+    }
+
+    /// Take `k` blocks (at most what is left) from the front of `st`'s window.
+    fn take_from_window(&self, st: &mut InodeState, k: u64) -> Option<(u64, u64)> {
+        let (next, end) = st.window?;
+        let k = k.min(end - next);
+        st.window = (next + k < end).then_some((next + k, end));
+        st.window_used = true;
+        self.windows.blocks.fetch_sub(k, Ordering::AcqRel);
+        Some((next, k))
+    }
+
+    /// `e` gets the new window `[start, start + len)` (its state lock `st` held).
+    fn open_window(&self, e: &Arc<InodeEntry>, st: &mut InodeState, (start, len): (u64, u64)) {
+        debug_assert!(st.window.is_none());
+        st.window = Some((start, start + len));
+        self.windows.blocks.fetch_add(len, Ordering::AcqRel);
+        self.windows.files.lock().insert(e.ino, e.clone());
+    }
+
+    /// Take `n` data blocks for `e` from its reservation window, reserving a new window near
+    /// `goal` when it runs out. With `contiguous` (preallocation) a window is the first free
+    /// run long enough for the rest, where there is one. Returns runs (start, count); ENOSPC
+    /// (nothing reserved) when there are not `n` free blocks outside other files' windows.
+    fn alloc_data(
+        &self,
+        e: &Arc<InodeEntry>,
+        st: &mut InodeState,
+        n: u64,
+        goal: u64,
+        mut contiguous: bool,
+    ) -> Result<Vec<(u64, u64)>> {
+        let in_window = st.window.map_or(0, |(next, end)| end - next);
+        if n > in_window && n - in_window > self.tables.lock().data.free_blocks() {
+            return Err(FsError::Errno(libc::ENOSPC));
+        }
+        let mut goal = goal;
+        if let (true, Some((next, end))) = (contiguous, st.window) {
+            // A window too short for a preallocation would split it: look from its start.
+            if end - next < n {
+                self.return_window(e, st);
+                goal = next;
+            }
+        }
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut need = n;
+        while need > 0 {
+            if let Some((next, k)) = self.take_from_window(st, need) {
+                match out.last_mut() {
+                    Some(r) if r.0 + r.1 == next => r.1 += k,
+                    _ => out.push((next, k)),
+                }
+                need -= k;
+                continue;
+            }
+            let want = need.max((8 + st.d.blocks / 8).min(MAX_WINDOW));
+            let g = out.last().map(|r| r.0 + r.1).unwrap_or(goal);
+            let got = {
+                let mut t = self.tables.lock();
+                if contiguous {
+                    let got = t.data.reserve_run(g, want);
+                    // No run that long anywhere: the rest is taken as it comes.
+                    contiguous = got.is_some_and(|r| r.1 >= want.min(t.data.blocks_per_group));
+                    got
+                } else {
+                    t.data.reserve(g, want)
+                }
+            };
+            match got {
+                Some(run) => self.open_window(e, st, run),
+                None => {
+                    self.unreserve_runs(&out);
+                    return Err(FsError::Errno(libc::ENOSPC));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Where a file's next block should go: after its last block, or its home group.
+    fn data_goal(&self, st: &InodeState, block: u64) -> u64 {
+        if let Some((next, _)) = st.window {
+            return next;
+        }
+        let mut n = block;
+        for _ in 0..64 {
+            if n == 0 {
+                break;
+            }
+            n -= 1;
+            if let Ok(raw) = super::bmap::lookup(st, n, self.ppb) {
+                if let Some(a) = DataPtr::decode(raw).addr() {
+                    return a + (block - n);
+                }
+            }
+        }
+        self.tables.lock().data.group_start(st.d.group as u64)
+    }
+
+    /// Reserve `n` data blocks for `e`, the first near file block `block`. Short of blocks,
+    /// the windows of every file go back first, and blocks freed by deletes become
+    /// allocatable once the log has the free: a full device has room again right after
+    /// `rm`, not only after the next flush.
+    pub(crate) fn alloc_data_retrying(
+        &self,
+        e: &Arc<InodeEntry>,
+        n: u64,
+        block: u64,
+        contiguous: bool,
+    ) -> Result<Vec<(u64, u64)>> {
+        let alloc = || {
+            let mut st = e.state.write();
+            let goal = self.data_goal(&st, block);
+            self.alloc_data(e, &mut st, n, goal, contiguous)
+        };
+        match alloc() {
+            Err(FsError::Errno(libc::ENOSPC)) => {
+                // Without the state lock: returning windows takes other files' state locks.
+                let windows_back = self.return_all_windows() > 0;
+                let frees_pending = self.data_frees_pending();
+                if frees_pending {
+                    self.sync_log()?;
+                }
+                if windows_back || frees_pending {
+                    alloc()
+                } else {
+                    Err(FsError::Errno(libc::ENOSPC))
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// Give back reserved runs an operation could not use.
+    pub(crate) fn unreserve_runs(&self, runs: &[(u64, u64)]) {
+        let mut t = self.tables.lock();
+        for &(s, c) in runs {
+            t.data.unreserve(s, c);
+        }
+    }
+
+    /// Log the allocation of `runs` (under the gate, with the pointers that use them).
+    pub(crate) fn record_allocations(&self, runs: &[(u64, u64)]) {
+        let mut recs = self.records.lock();
+        for &(start, count) in runs {
+            recs.push(Record::DAlloc { start, count });
+        }
+    }
+}
