@@ -11,6 +11,7 @@ use crate::error::err;
 use crate::format::node::{self as fmt, DirValue, Key, Message, MessageOp, Value};
 use crate::format::{NAME_MAX, ROOT_NODE_ID as ROOT};
 use crate::{FsError, Result};
+use std::sync::Arc;
 
 /// Reads the on-disk block of a node (the file system's log and node map).
 pub trait NodeLoader: Send + Sync {
@@ -38,6 +39,43 @@ pub struct DirtyNodes {
     pub nodes: Vec<(u64, Vec<u8>)>,
     /// Ids freed since the last call (only ids that may have a block on disk).
     pub freed: Vec<u64>,
+}
+
+/// What `take_snapshots` hands to the log writer: every dirty node as it was when taken
+/// (shared `Arc`s: later mutations copy on write), not yet encoded.
+pub struct DirtySnapshots {
+    nodes: Vec<(u64, Arc<Node>)>,
+    block_size: usize,
+    /// Ids freed since the last call (only ids that may have a block on disk).
+    pub freed: Vec<u64>,
+}
+
+impl DirtySnapshots {
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The node ids, in the order `encode` yields their blocks.
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.0).collect()
+    }
+
+    /// Encode every node (needs no lock: the snapshots are immutable).
+    pub fn encode(self) -> DirtyNodes {
+        let nodes = self
+            .nodes
+            .into_iter()
+            .map(|(id, node)| (id, node.encode(id, self.block_size)))
+            .collect();
+        DirtyNodes {
+            nodes,
+            freed: self.freed,
+        }
+    }
 }
 
 /// Everything behind the tree lock.
@@ -351,17 +389,18 @@ impl BeTree {
     /// mutation runs. Dirty flags are cleared; the nodes stay cached ("in flight") until
     /// `written` names them. Reported freed ids become reusable now.
     pub fn take_dirty(&self) -> DirtyNodes {
-        let (snapshots, freed) = {
-            let mut state = self.state.write();
-            let snapshots = state.cache.take_dirty();
-            (snapshots, state.ids.report_freed())
-        };
-        // Encode from the shared snapshots with no lock held; later changes copy on write.
-        let nodes = snapshots
-            .into_iter()
-            .map(|(id, node)| (id, node.encode(id, self.policy.block_size)))
-            .collect();
-        DirtyNodes { nodes, freed }
+        self.take_snapshots().encode()
+    }
+
+    /// `take_dirty` without the encoding: `O(dirty nodes)` pointer copies under the state
+    /// lock, so the log writer can take them in its exclusive phase and encode after it.
+    pub fn take_snapshots(&self) -> DirtySnapshots {
+        let mut state = self.state.write();
+        DirtySnapshots {
+            nodes: state.cache.take_dirty(),
+            block_size: self.policy.block_size,
+            freed: state.ids.report_freed(),
+        }
     }
 
     /// Those nodes are on disk where the node map says: they may be evicted.
