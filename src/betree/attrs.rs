@@ -116,7 +116,6 @@ impl BeTree {
             return crate::error::err!(EINVAL);
         }
         let bs = self.policy.block_size;
-        let _mutator = self.mutator.lock();
         if value.len() <= attr_inline_max(bs) && replaced.is_empty() {
             let message = Message {
                 key,
@@ -125,7 +124,7 @@ impl BeTree {
             if self.apply_in_place(&message) {
                 return Ok(());
             }
-            return self.mutate_locked(ld, |txn| txn.apply_at_root(message.clone()));
+            return self.mutate(ld, |txn| txn.apply_at_root(message.clone()));
         }
         let parts: Vec<Arc<[u8]>> = if value.len() <= attr_inline_max(bs) {
             Vec::new()
@@ -135,7 +134,7 @@ impl BeTree {
                 .map(Arc::from)
                 .collect()
         };
-        self.mutate_locked(ld, |txn| {
+        self.mutate(ld, |txn| {
             free_values(txn, replaced);
             let stored = if parts.is_empty() {
                 AttrValue::Inline(Arc::from(value))
@@ -166,7 +165,6 @@ impl BeTree {
 
     /// Remove the attribute under `key` and free its value blocks `replaced`.
     pub fn attr_remove(&self, ld: &dyn NodeLoader, key: Key, replaced: &[u64]) -> Result<()> {
-        let _mutator = self.mutator.lock();
         let message = Message {
             key,
             op: MessageOp::Delete,
@@ -174,7 +172,7 @@ impl BeTree {
         if replaced.is_empty() && self.apply_in_place(&message) {
             return Ok(());
         }
-        self.mutate_locked(ld, |txn| {
+        self.mutate(ld, |txn| {
             free_values(txn, replaced);
             txn.apply_at_root(message.clone())
         })
@@ -194,12 +192,11 @@ impl BeTree {
         if upper <= lower {
             return Ok(());
         }
-        let _mutator = self.mutator.lock();
         let message = Message {
             key: lower,
             op: MessageOp::DeleteRange(upper),
         };
-        self.mutate_locked(ld, |txn| {
+        self.mutate(ld, |txn| {
             free_values(txn, ids);
             txn.apply_at_root(message.clone())
         })

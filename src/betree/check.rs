@@ -1,9 +1,12 @@
 //! The tree's own consistency check (used by fsck and by every test): walks every reachable
-//! node — cached ones from the cache, the others straight from the loader without caching
-//! them — and verifies each invariant the tree relies on.
+//! node — cached ones from the cache, the others straight from the loader, cached while there
+//! is room — and verifies each invariant the tree relies on. No lock is held while a node is
+//! read: when a mutation commits during the walk, the walk runs again.
 
 use super::node::Node;
+use super::state_lock::assert_not_held;
 use super::tree::{BeTree, NodeLoader};
+use crate::error::err;
 use crate::format::node::{self as fmt, Key};
 use crate::format::ROOT_NODE_ID as ROOT;
 use crate::{FsError, Result};
@@ -48,10 +51,44 @@ impl BeTree {
     /// Verify every invariant: key order inside nodes, pivots bounding their subtrees,
     /// levels decreasing by one, messages sorted, unique and inside their node's range,
     /// every node fitting its block and the fanout limits, ids allocated, no node reachable
-    /// twice, every dirty node reachable. Mutations wait while it runs.
+    /// twice, every dirty node reachable. Mutations go on meanwhile; the verdict is about one
+    /// state of the tree (the walk runs again if a mutation committed during it, at most
+    /// `MAX_CHECK_RUNS` times, then EAGAIN).
     pub fn check(&self, ld: &dyn NodeLoader) -> Result<TreeStats> {
-        let _mutator = self.mutator.lock();
+        for _ in 0..MAX_CHECK_RUNS {
+            let start = self.state.read().version();
+            if let Some(verdict) = self.check_once(ld, start) {
+                return verdict;
+            }
+        }
+        err!(EAGAIN)
+    }
+
+    /// One walk; `None` if the tree changed since `start` (the verdict may be about no
+    /// single state).
+    fn check_once(&self, ld: &dyn NodeLoader, start: (u64, u64)) -> Option<Result<TreeStats>> {
         let next_id = self.state.read().ids.next();
+        let result = self.walk(ld, next_id);
+        let state = self.state.read();
+        if state.version() != start {
+            return None;
+        }
+        Some(result.and_then(|(visited, stats)| {
+            for id in state.cache.dirty_ids() {
+                // Value blocks hang off records, not off the structure (pass 6 follows them).
+                let is_value = state.cache.node(id).is_some_and(|n| n.is_value());
+                if !is_value && !visited.contains(&id) {
+                    return violation(format!("dirty node {id} is not reachable"));
+                }
+            }
+            let mut stats = stats;
+            stats.node_ids = visited.into_iter().collect();
+            stats.node_ids.sort_unstable();
+            Ok(stats)
+        }))
+    }
+
+    fn walk(&self, ld: &dyn NodeLoader, next_id: u64) -> Result<(HashSet<u64>, TreeStats)> {
         let mut checker = Checker {
             tree: self,
             ld,
@@ -62,24 +99,16 @@ impl BeTree {
         let root = checker.fetch(ROOT)?;
         checker.stats.nodes_per_level = vec![0; root.level() as usize + 1];
         checker.visit(ROOT, root, None, None)?;
-        let state = self.state.read();
-        for id in state.cache.dirty_ids() {
-            // Value blocks hang off records, not off the structure (pass 6 follows them).
-            let is_value = state.cache.node(id).is_some_and(|n| n.is_value());
-            if !is_value && !checker.visited.contains(&id) {
-                return violation(format!("dirty node {id} is not reachable"));
-            }
-        }
-        let mut stats = checker.stats;
-        stats.node_ids = checker.visited.into_iter().collect();
-        stats.node_ids.sort_unstable();
-        Ok(stats)
+        Ok((checker.visited, checker.stats))
     }
 }
 
+/// How often `check` walks again because the tree kept changing under it.
+const MAX_CHECK_RUNS: u32 = 16;
+
 impl Checker<'_> {
     fn fetch(&self, id: u64) -> Result<Arc<Node>> {
-        {
+        let mark = {
             let state = self.tree.state.read();
             if !state.ids.in_use(id) || id >= self.next_id {
                 return violation(format!("node {id} is reachable but not allocated"));
@@ -87,17 +116,18 @@ impl Checker<'_> {
             if let Some(entry) = state.cache.entry(id) {
                 return Ok(Arc::clone(&entry.node));
             }
-        }
+            state.mark()
+        };
+        assert_not_held("checking a tree node");
         let block = self.ld.load_node(id)?;
         if block.len() != self.tree.policy.block_size {
             return violation(format!("node {id}: block of {} bytes", block.len()));
         }
         let node = Arc::new(Node::from_image(fmt::decode(&block, id)?));
         // Keep it while the cache has room: a listing usually follows a check (fsck), and
-        // would otherwise read and decode every node again. Mutations wait for the check, so
-        // the node read is the current one.
+        // would otherwise read and decode every node again — unless the copy may be stale.
         let mut state = self.tree.state.write();
-        if state.cache.len() < self.tree.cache_nodes {
+        if state.cache.len() < self.tree.cache_nodes && !state.went_stale(mark, id) {
             state.cache.insert_loaded_shared(id, Arc::clone(&node));
         }
         Ok(node)

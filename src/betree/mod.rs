@@ -58,14 +58,17 @@
 //!
 //! # Concurrency, caching, writing out
 //!
-//! Lookups and scans take the tree lock shared. One mutation runs at a time; it computes its
-//! result in a private overlay (`txn`) under an upgradable lock, so readers keep going, and
-//! commits it in one step under the write lock. No lock is held across I/O: an operation
-//! that meets an uncached node stops, loads it with no lock held, caches it (pinned for the
-//! rest of the operation, unless an eviction or free meanwhile could have made the copy
-//! stale) and runs again from the root. Cached nodes are evicted by clock when over budget,
+//! The tree has one lock, the state lock. Lookups and scans take it shared. A mutation
+//! computes its result in a private overlay (`txn`) under the upgradable lock — so readers
+//! keep going and mutations compute one at a time, for CPU work only — and commits it in one
+//! step under the write lock. No lock is held across I/O: an operation that meets an
+//! uncached node stops, drops the lock, loads the node, caches it (pinned for the rest of the
+//! operation, unless an eviction or free meanwhile could have made the copy stale) and runs
+//! again from the root, on the tree as it is then; mutations that need no load go on
+//! meanwhile. Every load asserts (debug builds, unit tests) that its thread holds no guard. Cached nodes are evicted by clock when over budget,
 //! except the root, dirty nodes and nodes handed to the log writer and not yet written.
-//! `take_dirty` encodes snapshots (shared `Arc`s, copied on write by later mutations).
+//! `take_snapshots` takes the dirty nodes by pointer (shared `Arc`s, copied on write by later
+//! mutations); the log writer encodes them after its exclusive phase.
 //! Because a mutation commits all or nothing, one that fails (a load error) leaves the tree
 //! exactly as it was, and between mutations every node always fits its block.
 
@@ -86,4 +89,4 @@ mod tests;
 
 pub use crate::format::node::{AttrValue, DirValue, Key, Value};
 pub use check::TreeStats;
-pub use tree::{BeTree, DirtyNodes, EntryVisitor, NodeLoader, ScanItem};
+pub use tree::{BeTree, DirtyNodes, DirtySnapshots, EntryVisitor, NodeLoader, ScanItem};

@@ -1,6 +1,10 @@
 //! The tree's state lock, which also keeps the two counts the log's space accounting reads
 //! on every admitted operation (dirty nodes, freed ids not yet reported) in atomics: every
 //! write guard stores them when it is dropped, so reading them takes no lock.
+//!
+//! It is the only lock of the tree, and it is never held across I/O. In debug builds (and
+//! unit tests) every guard counts itself in a thread-local, and `assert_not_held` — called
+//! where a node is loaded — fails if the calling thread holds one.
 
 use super::tree::TreeState;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
@@ -13,9 +17,69 @@ pub(crate) struct StateLock {
     freed: AtomicUsize,
 }
 
+/// Counts the state guards the current thread holds (debug builds and unit tests only).
+#[cfg(any(debug_assertions, test))]
+mod held {
+    use std::cell::Cell;
+
+    thread_local! {
+        static HELD: Cell<u32> = const { Cell::new(0) };
+    }
+
+    pub fn count() -> u32 {
+        HELD.with(Cell::get)
+    }
+
+    /// One guard's share of the count, from its creation to its drop.
+    pub struct Held(());
+
+    impl Held {
+        pub fn new() -> Held {
+            HELD.with(|h| h.set(h.get() + 1));
+            Held(())
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            HELD.with(|h| h.set(h.get() - 1));
+        }
+    }
+}
+
+#[cfg(not(any(debug_assertions, test)))]
+mod held {
+    pub fn count() -> u32 {
+        0
+    }
+    pub struct Held(());
+    impl Held {
+        #[inline(always)]
+        pub fn new() -> Held {
+            Held(())
+        }
+    }
+}
+
+/// Panics if the calling thread holds the tree's state lock (debug builds and unit tests):
+/// called right before a node is read from the device.
+pub(crate) fn assert_not_held(what: &str) {
+    let held = held::count();
+    assert!(
+        held == 0,
+        "{what} with the tree lock held ({held} guards on this thread)"
+    );
+}
+
+pub(crate) struct StateReadGuard<'a> {
+    guard: RwLockReadGuard<'a, TreeState>,
+    _held: held::Held,
+}
+
 pub(crate) struct StateWriteGuard<'a> {
     owner: &'a StateLock,
     guard: RwLockWriteGuard<'a, TreeState>,
+    _held: held::Held,
 }
 
 impl StateLock {
@@ -29,22 +93,35 @@ impl StateLock {
         l
     }
 
-    pub fn read(&self) -> RwLockReadGuard<'_, TreeState> {
-        self.lock.read()
+    pub fn read(&self) -> StateReadGuard<'_> {
+        StateReadGuard {
+            guard: self.lock.read(),
+            _held: held::Held::new(),
+        }
     }
 
     pub fn write(&self) -> StateWriteGuard<'_> {
         StateWriteGuard {
             owner: self,
             guard: self.lock.write(),
+            _held: held::Held::new(),
         }
     }
 
+    /// Shared with readers, exclusive against other upgradable guards and writers: what a
+    /// mutation computes under, so that mutations are serialized only while they compute.
     pub fn upgradable_read(&self) -> StateUpgradableGuard<'_> {
         StateUpgradableGuard {
             owner: self,
             guard: self.lock.upgradable_read(),
+            _held: held::Held::new(),
         }
+    }
+
+    /// Whether any thread holds the lock (tests).
+    #[cfg(test)]
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_locked()
     }
 
     /// Dirty nodes, as of the last write guard dropped.
@@ -67,6 +144,7 @@ impl StateLock {
 pub(crate) struct StateUpgradableGuard<'a> {
     owner: &'a StateLock,
     guard: RwLockUpgradableReadGuard<'a, TreeState>,
+    _held: held::Held,
 }
 
 impl<'a> StateUpgradableGuard<'a> {
@@ -74,7 +152,15 @@ impl<'a> StateUpgradableGuard<'a> {
         StateWriteGuard {
             owner: self.owner,
             guard: RwLockUpgradableReadGuard::upgrade(self.guard),
+            _held: self._held,
         }
+    }
+}
+
+impl Deref for StateReadGuard<'_> {
+    type Target = TreeState;
+    fn deref(&self) -> &TreeState {
+        &self.guard
     }
 }
 

@@ -5,13 +5,13 @@ use super::ids::IdAllocator;
 use super::node::Node;
 use super::policy::Policy;
 use super::read::{self, LeafRange};
-use super::state_lock::StateLock;
+use super::state_lock::{assert_not_held, StateLock};
 use super::txn::{Changes, Stop, Txn};
 use crate::error::err;
 use crate::format::node::{self as fmt, DirValue, Key, Message, MessageOp, Value};
 use crate::format::{NAME_MAX, ROOT_NODE_ID as ROOT};
 use crate::{FsError, Result};
-use parking_lot::Mutex;
+use std::sync::Arc;
 
 /// Reads the on-disk block of a node (the file system's log and node map).
 pub trait NodeLoader: Send + Sync {
@@ -41,12 +41,52 @@ pub struct DirtyNodes {
     pub freed: Vec<u64>,
 }
 
+/// What `take_snapshots` hands to the log writer: every dirty node as it was when taken
+/// (shared `Arc`s: later mutations copy on write), not yet encoded.
+pub struct DirtySnapshots {
+    nodes: Vec<(u64, Arc<Node>)>,
+    block_size: usize,
+    /// Ids freed since the last call (only ids that may have a block on disk).
+    pub freed: Vec<u64>,
+}
+
+impl DirtySnapshots {
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The node ids, in the order `encode` yields their blocks.
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.0).collect()
+    }
+
+    /// Encode every node (needs no lock: the snapshots are immutable).
+    pub fn encode(self) -> DirtyNodes {
+        let nodes = self
+            .nodes
+            .into_iter()
+            .map(|(id, node)| (id, node.encode(id, self.block_size)))
+            .collect();
+        DirtyNodes {
+            nodes,
+            freed: self.freed,
+        }
+    }
+}
+
 /// Everything behind the tree lock.
 pub(crate) struct TreeState {
     pub cache: NodeCache,
     pub ids: IdAllocator,
-    /// Mutations committed so far.
+    /// Mutations committed so far (never reset, so a count taken before `reset_empty` never
+    /// matches one after it).
     pub commits: u64,
+    /// Bumped by `reset_empty`: a load begun before it belongs to the old tree.
+    pub epoch: u64,
 }
 
 impl TreeState {
@@ -67,31 +107,42 @@ impl TreeState {
         self.commits += 1;
     }
 
-    fn mark(&self) -> LoadMark {
+    pub(crate) fn mark(&self) -> LoadMark {
         LoadMark {
             removals: self.cache.removal_mark(),
             commits: self.commits,
+            epoch: self.epoch,
         }
+    }
+
+    /// Which state of the tree this is: changes with every commit and reset.
+    pub(crate) fn version(&self) -> (u64, u64) {
+        (self.epoch, self.commits)
+    }
+
+    /// May a copy of `id` read from disk since `mark` be older than the tree's? (It was
+    /// evicted or freed meanwhile, or the whole tree was replaced.)
+    pub(crate) fn went_stale(&self, mark: LoadMark, id: u64) -> bool {
+        self.epoch != mark.epoch || self.cache.removed_since(mark.removals, id)
     }
 }
 
 /// The state seen when a node was found missing, to judge a load that happens later.
 #[derive(Clone, Copy)]
-struct LoadMark {
+pub(crate) struct LoadMark {
     removals: u64,
     commits: u64,
+    epoch: u64,
 }
 
 /// The directory index (see the module documentation). `Send + Sync`: lookups and scans run
-/// concurrently; mutations are serialized.
+/// concurrently; mutations compute one at a time (under the upgradable state lock, no I/O),
+/// and load what they miss concurrently with everything else, no lock held.
 pub struct BeTree {
     pub(crate) policy: Policy,
     hash_seed: u64,
     pub(crate) cache_nodes: usize,
     pub(crate) state: StateLock,
-    /// Serializes mutations (and `check`), including while they wait for I/O. Lookups never
-    /// take it.
-    pub(crate) mutator: Mutex<()>,
 }
 
 /// Nodes an operation loaded and needs to stay cached until it finishes.
@@ -142,7 +193,6 @@ impl BeTree {
             policy,
             hash_seed,
             state: StateLock::new(state),
-            mutator: Mutex::new(()),
         }
     }
 
@@ -154,6 +204,7 @@ impl BeTree {
             cache,
             ids: IdAllocator::new(ROOT + 1, []),
             commits: 0,
+            epoch: 0,
         };
         BeTree::with_state(block_size, hash_seed, cache_bytes, state)
     }
@@ -162,13 +213,14 @@ impl BeTree {
     /// session): the root becomes an empty dirty leaf, every other id is free to be used
     /// again, and nothing of the old tree stays cached. The caller sees to the node map.
     pub fn reset_empty(&self) {
-        let _mutator = self.mutator.lock();
         let mut cache = NodeCache::default();
         cache.store_dirty(ROOT, Node::empty_leaf());
-        *self.state.write() = TreeState {
+        let mut state = self.state.write();
+        *state = TreeState {
             cache,
             ids: IdAllocator::new(ROOT + 1, []),
-            commits: 0,
+            commits: state.commits + 1,
+            epoch: state.epoch + 1,
         };
     }
 
@@ -185,6 +237,7 @@ impl BeTree {
             cache: NodeCache::default(),
             ids: IdAllocator::new(next_node_id, free_ids),
             commits: 0,
+            epoch: 0,
         };
         BeTree::with_state(block_size, hash_seed, cache_bytes, state)
     }
@@ -336,17 +389,18 @@ impl BeTree {
     /// mutation runs. Dirty flags are cleared; the nodes stay cached ("in flight") until
     /// `written` names them. Reported freed ids become reusable now.
     pub fn take_dirty(&self) -> DirtyNodes {
-        let (snapshots, freed) = {
-            let mut state = self.state.write();
-            let snapshots = state.cache.take_dirty();
-            (snapshots, state.ids.report_freed())
-        };
-        // Encode from the shared snapshots with no lock held; later changes copy on write.
-        let nodes = snapshots
-            .into_iter()
-            .map(|(id, node)| (id, node.encode(id, self.policy.block_size)))
-            .collect();
-        DirtyNodes { nodes, freed }
+        self.take_snapshots().encode()
+    }
+
+    /// `take_dirty` without the encoding: `O(dirty nodes)` pointer copies under the state
+    /// lock, so the log writer can take them in its exclusive phase and encode after it.
+    pub fn take_snapshots(&self) -> DirtySnapshots {
+        let mut state = self.state.write();
+        DirtySnapshots {
+            nodes: state.cache.take_dirty(),
+            block_size: self.policy.block_size,
+            freed: state.ids.report_freed(),
+        }
     }
 
     /// Those nodes are on disk where the node map says: they may be evicted.
@@ -359,7 +413,6 @@ impl BeTree {
     /// Make node `id` dirty so the next `take_dirty` rewrites it (how the cleaner moves
     /// nodes); loads it if needed. ENOENT if `id` is not a node of the tree.
     pub fn mark_dirty(&self, ld: &dyn NodeLoader, id: u64) -> Result<()> {
-        let _mutator = self.mutator.lock();
         let mut pins = self.pins();
         loop {
             let mark = {
@@ -426,16 +479,19 @@ impl BeTree {
     }
 
     pub(crate) fn apply_message(&self, ld: &dyn NodeLoader, message: Message) -> Result<()> {
-        let _mutator = self.mutator.lock();
         if self.apply_in_place(&message) {
             return Ok(());
         }
-        self.mutate_locked(ld, |txn| txn.apply_at_root(message.clone()))
+        self.mutate(ld, |txn| txn.apply_at_root(message.clone()))
     }
 
-    /// Run `change` in a transaction of its own (again from the start after each load) and
-    /// commit it; the caller holds the mutator lock.
-    pub(crate) fn mutate_locked(
+    /// Run `change` in a transaction of its own and commit it. The transaction computes under
+    /// the upgradable lock (readers go on; other mutations wait, for CPU work only) from the
+    /// cached nodes; at the first missing node it is dropped, the lock released, the node
+    /// loaded and pinned, and `change` runs again from the start on the tree as it is then
+    /// (other mutations may have committed meanwhile: the rerun sees them, so a mutation never
+    /// commits a result computed from a stale view).
+    pub(crate) fn mutate(
         &self,
         ld: &dyn NodeLoader,
         change: impl Fn(&mut Txn) -> std::result::Result<(), Stop>,
@@ -486,6 +542,7 @@ impl BeTree {
     /// unless the tree changed in a way that could make the copy read stale; the caller
     /// retries from the root either way.
     fn load(&self, ld: &dyn NodeLoader, id: u64, mark: LoadMark, pins: &mut Pins) -> Result<()> {
+        assert_not_held("loading a tree node");
         let loaded = ld.load_node(id).and_then(|block| {
             if block.len() != self.policy.block_size {
                 return Err(FsError::corrupt(
@@ -499,7 +556,7 @@ impl BeTree {
         match loaded {
             Ok(node) => {
                 if !state.cache.contains(id) {
-                    if state.cache.removed_since(mark.removals, id) {
+                    if state.went_stale(mark, id) {
                         return Ok(());
                     }
                     state.cache.insert_loaded(id, node);

@@ -27,10 +27,8 @@ enum Pending {
         index: u64,
         bytes: Vec<u8>,
     },
-    Node {
-        id: u64,
-        bytes: Vec<u8>,
-    },
+    /// A tree node or value block, encoded from the tree's snapshot after the gate.
+    Node { id: u64 },
     Inodes {
         slots: Vec<[u8; INODE_SIZE]>,
         locs: Vec<InodeLoc>,
@@ -255,12 +253,13 @@ impl Fs {
             }
             live.push(e.clone());
         }
-        let taken = self.tree.take_dirty();
-        assert_eq!(taken.nodes.len(), n_nodes, "tree changed under the gate");
-        let node_ids: Vec<u64> = taken.nodes.iter().map(|n| n.0).collect();
-        for (id, bytes) in taken.nodes {
+        // The nodes by pointer only: they are encoded after the gate is released.
+        let taken = self.tree.take_snapshots();
+        assert_eq!(taken.len(), n_nodes, "tree changed under the gate");
+        let node_ids = taken.ids();
+        for &id in &node_ids {
             addrs.next().expect("plan covers every block");
-            pending.push(Pending::Node { id, bytes });
+            pending.push(Pending::Node { id });
         }
         for chunk in live.chunks(per_block) {
             let mut slots = Vec::with_capacity(chunk.len());
@@ -295,6 +294,7 @@ impl Fs {
         drop(gate);
 
         // ---- Phase 2: encode and write, data first.
+        let mut nodes = taken.encode().nodes.into_iter();
         let mut blocks = Vec::with_capacity(pending.len());
         let mut placed = Vec::with_capacity(pending.len());
         for (pb, &addr) in pending.into_iter().zip(&plan.addrs) {
@@ -315,16 +315,20 @@ impl Fs {
                     Vec::new(),
                 ),
                 // A tree node or a value block: its header says which.
-                Pending::Node { id, bytes } => (
-                    Descriptor {
-                        kind: BlockKind::from_u8(bytes[4]).expect("encoded node kind"),
-                        level: bytes[5],
-                        owner: id,
-                        index: crate::format::get_u64(&bytes, 24),
-                    },
-                    bytes,
-                    Vec::new(),
-                ),
+                Pending::Node { id } => {
+                    let (encoded_id, bytes) = nodes.next().expect("a snapshot for every node");
+                    assert_eq!(encoded_id, id, "tree snapshots out of order");
+                    (
+                        Descriptor {
+                            kind: BlockKind::from_u8(bytes[4]).expect("encoded node kind"),
+                            level: bytes[5],
+                            owner: id,
+                            index: crate::format::get_u64(&bytes, 24),
+                        },
+                        bytes,
+                        Vec::new(),
+                    )
+                }
                 Pending::Inodes { slots, locs } => (
                     Descriptor {
                         kind: BlockKind::Inodes,

@@ -3,5 +3,6 @@
 mod concurrency;
 mod harness;
 mod model;
+mod mutators;
 mod scale;
 mod unit;
