@@ -12,15 +12,15 @@ use crate::FsError;
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
     Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use log::{debug, info, warn};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 /// How the adapter talks to the kernel.
@@ -104,13 +104,49 @@ impl Default for FuseConfig {
 pub struct DualFuse {
     fs: Arc<Fs>,
     config: FuseConfig,
+    /// The session's channel for notifications to the kernel, set once the session exists.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl DualFuse {
     /// The adapter for a FUSE session: the core counts the kernel's lookups from now on.
     pub fn new(fs: Arc<Fs>, config: FuseConfig) -> DualFuse {
         fs.begin_kernel_session(config.writeback_cache);
-        DualFuse { fs, config }
+        DualFuse {
+            fs,
+            config,
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Where the mount program puts the session's `Notifier` before the session runs.
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// The directory `name` in `parent`, if it is one (before a rename moves it).
+    fn subdirectory(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        match self.fs.lookup_entry(parent, name) {
+            Ok(Some(v)) if v.kind == FileKind::Directory.code() => Some(v.ino),
+            _ => None,
+        }
+    }
+
+    /// A directory moved to another parent: its ".." changed, but neither its mtime nor its
+    /// change counter did, so the kernel would keep serving the old ".." from a kept
+    /// listing. Drop that listing (the directory's page cache) and its attributes.
+    fn moved_directory(&self, ino: u64) {
+        if self.config.dir_cache == DirCache::Off {
+            return;
+        }
+        if let Some(notifier) = self.notifier.get() {
+            // ENOENT: the kernel holds no inode for it, so no listing either.
+            if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    warn!("cannot drop the kernel's listing of moved directory {ino}: {e}");
+                }
+            }
+        }
     }
 
     fn entry(&self, reply: ReplyEntry, result: crate::Result<Attr>, op: &str, ino: u64) {
@@ -550,6 +586,17 @@ impl Filesystem for DualFuse {
         let Some(flags) = rename_flags(flags) else {
             return reply.error(Errno::EINVAL);
         };
+        // The kernel holds both parents locked: the names stay what they are until the reply.
+        let moved = if parent != newparent {
+            let exchanged = if flags.exchange {
+                self.subdirectory(newparent.0, newname.as_bytes())
+            } else {
+                None
+            };
+            [self.subdirectory(parent.0, name.as_bytes()), exchanged]
+        } else {
+            [None, None]
+        };
         let result = self.fs.rename(
             &caller(req),
             parent.0,
@@ -558,6 +605,12 @@ impl Filesystem for DualFuse {
             newname.as_bytes(),
             flags,
         );
+        if result.is_ok() {
+            moved
+                .into_iter()
+                .flatten()
+                .for_each(|ino| self.moved_directory(ino));
+        }
         empty(reply, result, "rename", parent.0);
     }
 

@@ -655,6 +655,37 @@ fn listings_kept_by_the_kernel_show_every_change() {
     );
     assert_eq!(ino_of(&after, b"c3"), None);
     assert_eq!(ino_of(&after, b"b"), Some(lstat(d.join("b")).ino()));
+    // A directory moved to another parent: its own listing's ".." changes, though its mtime
+    // does not (the adapter tells the kernel to drop that listing).
+    sys::mkdir(d.join("sub"), 0o755).unwrap();
+    let sub = sys::open(d.join("sub"), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    let dotdot = |f: &fs::File| {
+        assert_eq!(unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_SET) }, 0);
+        let v = sys::getdents(f, 4096).unwrap();
+        v.into_iter().find(|x| x.name == b"..").expect("no ..").ino
+    };
+    assert_eq!(dotdot(&sub), lstat(&d).ino());
+    assert_eq!(sys::list_dir(d.join("sub")).len(), 2);
+    sys::rename(d.join("sub"), e.join("sub")).unwrap();
+    assert_eq!(dotdot(&sub), lstat(&e).ino(), "the open descriptor's ..");
+    let fresh = sys::list_dir(e.join("sub"));
+    let fresh_dotdot = fresh.iter().find(|x| x.name == b"..").unwrap().ino;
+    assert_eq!(fresh_dotdot, lstat(&e).ino(), "a new open's ..");
+    // And exchanged with a directory of another parent: both move.
+    sys::mkdir(d.join("other"), 0o755).unwrap();
+    let other = sys::open(d.join("other"), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    assert_eq!(dotdot(&other), lstat(&d).ino());
+    sys::rename2(e.join("sub"), d.join("other"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(
+        dotdot(&sub),
+        lstat(&d).ino(),
+        "exchanged: the first one's .."
+    );
+    assert_eq!(
+        dotdot(&other),
+        lstat(&e).ino(),
+        "exchanged: the second one's .."
+    );
 }
 
 /// The kernel keeps symlink targets (FUSE_CACHE_SYMLINKS): a new link renamed over an old one

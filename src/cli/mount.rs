@@ -478,12 +478,15 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     })?;
 
     let adapter = DualFuse::new(fs.clone(), plan.settings.fuse_config());
+    let notifier_slot = adapter.notifier_slot();
     let mut config = fuser::Config::default();
     config.mount_options = plan.settings.fuse_mount_options(&plan.meta);
     config.acl = plan.settings.session_acl();
     config.n_threads = Some(plan.threads);
     config.clone_fd = true;
     let (mut session, kernel) = start_session(plan, adapter, config)?;
+    // Before any request is served (the session runs below).
+    let _ = notifier_slot.set(session.notifier());
 
     let unmounter = match &kernel {
         KernelSide::Own(mount) => Unmounter::Own(mount.clone()),
