@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The read-ahead window unless `readahead=` says otherwise: 1 MiB, one FUSE read request
-/// (max_pages), which read a 512 MiB file about 3 times as fast as the kernel's 128 KiB
+/// (max_pages): a quarter of the READ requests of the kernel's 128 KiB or fewer
 /// (docs/DESIGN.md, "FUSE levers").
 pub const DEFAULT_READAHEAD: u64 = 1 << 20;
 
