@@ -11,16 +11,16 @@ use crate::fs::{
 use crate::FsError;
 use fuser::{
     BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use log::{debug, info, warn};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 /// How the adapter talks to the kernel.
@@ -41,9 +41,46 @@ pub struct FuseConfig {
     /// page cache (for `strictatime`, which must see every read). Shared mappings still work
     /// (FUSE_DIRECT_IO_ALLOW_MMAP).
     pub direct_io: bool,
-    /// Let the kernel keep directory listings (FOPEN_CACHE_DIR); off, every listing reaches
-    /// DualFS.
-    pub cache_dir: bool,
+    /// How long the kernel keeps directory listings in its page cache.
+    pub dir_cache: DirCache,
+    /// With kept listings, answer the first OPENDIR with ENOSYS: the kernel then opens
+    /// directories by itself (FUSE_NO_OPENDIR_SUPPORT, handles with FOPEN_CACHE_DIR and
+    /// KEEP_CACHE) and sends no OPENDIR or RELEASEDIR. Off by default: the core keeps a
+    /// removed directory only while it is open, so fstat of an open directory after its
+    /// rmdir would fail (ENOENT) where Linux file systems answer.
+    pub no_opendir: bool,
+    /// Let the kernel keep symlink targets in its page cache (FUSE_CACHE_SYMLINKS): a
+    /// symlink's target never changes, a new target is a new inode.
+    pub cache_symlinks: bool,
+    /// When the kernel asks for READDIRPLUS (entries with their attributes) instead of
+    /// READDIR.
+    pub readdirplus: Readdirplus,
+}
+
+/// How long the kernel keeps a directory's listing (its page cache of the entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirCache {
+    /// Not at all: every getdents reaches DualFS (`strictatime`, which must see each one).
+    Off,
+    /// While the directory is open (FOPEN_CACHE_DIR): each opendir drops it.
+    PerOpen,
+    /// Across opens too (FOPEN_CACHE_DIR with FOPEN_KEEP_CACHE): the kernel drops it when
+    /// the directory's mtime or change counter moves, which every create, link, unlink,
+    /// rmdir and rename through the mount does. Nothing changes a directory behind the
+    /// kernel's back (DualFS owns its devices; the cleaner moves blocks, not entries).
+    Kept,
+}
+
+/// When the kernel lists a directory with READDIRPLUS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readdirplus {
+    /// Never: names only, each entry's attributes come from a LOOKUP when they are needed.
+    Never,
+    /// At the start of a listing, and after a lookup in the directory
+    /// (FUSE_READDIRPLUS_AUTO).
+    Auto,
+    /// Always.
+    Always,
 }
 
 impl Default for FuseConfig {
@@ -55,7 +92,10 @@ impl Default for FuseConfig {
             max_write: 1 << 20,
             max_background: 64,
             direct_io: false,
-            cache_dir: true,
+            dir_cache: DirCache::Kept,
+            no_opendir: false,
+            cache_symlinks: true,
+            readdirplus: Readdirplus::Auto,
         }
     }
 }
@@ -64,13 +104,49 @@ impl Default for FuseConfig {
 pub struct DualFuse {
     fs: Arc<Fs>,
     config: FuseConfig,
+    /// The session's channel for notifications to the kernel, set once the session exists.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl DualFuse {
     /// The adapter for a FUSE session: the core counts the kernel's lookups from now on.
     pub fn new(fs: Arc<Fs>, config: FuseConfig) -> DualFuse {
         fs.begin_kernel_session(config.writeback_cache);
-        DualFuse { fs, config }
+        DualFuse {
+            fs,
+            config,
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Where the mount program puts the session's `Notifier` before the session runs.
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// The directory `name` in `parent`, if it is one (before a rename moves it).
+    fn subdirectory(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        match self.fs.lookup_entry(parent, name) {
+            Ok(Some(v)) if v.kind == FileKind::Directory.code() => Some(v.ino),
+            _ => None,
+        }
+    }
+
+    /// A directory moved to another parent: its ".." changed, but neither its mtime nor its
+    /// change counter did, so the kernel would keep serving the old ".." from a kept
+    /// listing. Drop that listing (the directory's page cache) and its attributes.
+    fn moved_directory(&self, ino: u64) {
+        if self.config.dir_cache == DirCache::Off {
+            return;
+        }
+        if let Some(notifier) = self.notifier.get() {
+            // ENOENT: the kernel holds no inode for it, so no listing either.
+            if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    warn!("cannot drop the kernel's listing of moved directory {ino}: {e}");
+                }
+            }
+        }
     }
 
     fn entry(&self, reply: ReplyEntry, result: crate::Result<Attr>, op: &str, ino: u64) {
@@ -89,6 +165,21 @@ impl DualFuse {
 
     fn open_flags(&self, flags: i32) -> i32 {
         core_open_flags(flags, self.config.writeback_cache)
+    }
+
+    /// The open flags of a directory handle.
+    fn dir_fopen_flags(&self) -> FopenFlags {
+        match self.config.dir_cache {
+            DirCache::Off => FopenFlags::empty(),
+            DirCache::PerOpen => FopenFlags::FOPEN_CACHE_DIR,
+            DirCache::Kept => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        }
+    }
+
+    /// Does opendir answer ENOSYS, so that the kernel opens directories by itself? Its
+    /// handles then carry FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE, so only with kept listings.
+    fn no_opendir(&self) -> bool {
+        self.config.dir_cache == DirCache::Kept && self.config.no_opendir
     }
 
     fn fopen_flags(&self) -> FopenFlags {
@@ -272,8 +363,6 @@ impl Filesystem for DualFuse {
             InitFlags::FUSE_PARALLEL_DIROPS,
             // The core's open honours O_TRUNC.
             InitFlags::FUSE_ATOMIC_O_TRUNC,
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_EXPORT_SUPPORT,
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_ASYNC_READ,
@@ -282,6 +371,20 @@ impl Filesystem for DualFuse {
             // in return the kernel stops asking for security.capability before each write.
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ];
+        match self.config.readdirplus {
+            Readdirplus::Never => {}
+            Readdirplus::Auto => wanted.extend([
+                InitFlags::FUSE_DO_READDIRPLUS,
+                InitFlags::FUSE_READDIRPLUS_AUTO,
+            ]),
+            Readdirplus::Always => wanted.push(InitFlags::FUSE_DO_READDIRPLUS),
+        }
+        if self.config.cache_symlinks {
+            wanted.push(InitFlags::FUSE_CACHE_SYMLINKS);
+        }
+        if self.no_opendir() {
+            wanted.push(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        }
         if self.config.writeback_cache {
             wanted.push(InitFlags::FUSE_WRITEBACK_CACHE);
         }
@@ -486,6 +589,17 @@ impl Filesystem for DualFuse {
         let Some(flags) = rename_flags(flags) else {
             return reply.error(Errno::EINVAL);
         };
+        // The kernel holds both parents locked: the names stay what they are until the reply.
+        let moved = if parent != newparent {
+            let exchanged = if flags.exchange {
+                self.subdirectory(newparent.0, newname.as_bytes())
+            } else {
+                None
+            };
+            [self.subdirectory(parent.0, name.as_bytes()), exchanged]
+        } else {
+            [None, None]
+        };
         let result = self.fs.rename(
             &caller(req),
             parent.0,
@@ -494,6 +608,12 @@ impl Filesystem for DualFuse {
             newname.as_bytes(),
             flags,
         );
+        if result.is_ok() {
+            moved
+                .into_iter()
+                .flatten()
+                .for_each(|ino| self.moved_directory(ino));
+        }
         empty(reply, result, "rename", parent.0);
     }
 
@@ -708,14 +828,13 @@ impl Filesystem for DualFuse {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The kernel may keep listings: every change to a directory goes through it.
-        let flags = if self.config.cache_dir {
-            FopenFlags::FOPEN_CACHE_DIR
-        } else {
-            FopenFlags::empty()
-        };
+        // The kernel checked the permissions and that it is a directory; from this answer on
+        // it opens directories itself (and sends no RELEASEDIR).
+        if self.no_opendir() {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.fs.opendir(&caller(req), ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), flags),
+            Ok(fh) => reply.opened(FileHandle(fh), self.dir_fopen_flags()),
             Err(e) => reply.error(errno("opendir", ino.0, &e)),
         }
     }

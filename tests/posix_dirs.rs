@@ -509,3 +509,278 @@ fn readdir_resumes_from_an_offset_with_its_low_bits_cleared() {
     );
     assert_eq!(unique, want, "the resumed listing is not the directory");
 }
+
+/// Entries of an open directory from its start: rewinds `dir` (the kernel checks its cached
+/// listing there) and reads to the end; sorted names with their inode numbers, without "."
+/// and "..".
+fn relist(dir: &fs::File) -> Vec<(Vec<u8>, u64)> {
+    assert_eq!(
+        unsafe { libc::lseek(dir.as_raw_fd(), 0, libc::SEEK_SET) },
+        0
+    );
+    let mut all = Vec::new();
+    loop {
+        let v = sys::getdents(dir, 4096).unwrap();
+        if v.is_empty() {
+            break;
+        }
+        all.extend(
+            v.into_iter()
+                .filter(|e| e.name != b"." && e.name != b"..")
+                .map(|e| (e.name, e.ino)),
+        );
+    }
+    all.sort();
+    all
+}
+
+fn listed(dir: &fs::File) -> Vec<String> {
+    relist(dir)
+        .into_iter()
+        .map(|(n, _)| String::from_utf8(n).unwrap())
+        .collect()
+}
+
+/// The kernel keeps a directory's listing across opens (FOPEN_CACHE_DIR with KEEP_CACHE, and
+/// no OPENDIR): every change made through the mount must show in the next listing, both
+/// through a descriptor opened before the change and rewound, and through a new open. Each
+/// step lists first, so that the listing it changes is cached.
+#[test]
+fn listings_kept_by_the_kernel_show_every_change() {
+    let fs = TestFs::new();
+    let (d, e) = (fs.join("d"), fs.join("e"));
+    sys::mkdir(&d, 0o755).unwrap();
+    sys::mkdir(&e, 0o755).unwrap();
+    fs::write(d.join("a"), b"").unwrap();
+    fs::write(d.join("b"), b"").unwrap();
+    let held = sys::open(&d, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    let held_e = sys::open(&e, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    let mut expect: Vec<&'static str> = vec!["a", "b"];
+    let mut step = |what: &str, change: &dyn Fn(), now: &[&'static str], now_e: Option<&[&str]>| {
+        assert_eq!(listed(&held), expect, "before {what}");
+        assert_eq!(names(&d).len(), expect.len(), "before {what} (new open)");
+        if now_e.is_some() {
+            relist(&held_e);
+        }
+        change();
+        expect = now.to_vec();
+        assert_eq!(listed(&held), expect, "after {what}, the open descriptor");
+        let fresh: Vec<String> = names(&d)
+            .into_iter()
+            .map(|n| String::from_utf8(n).unwrap())
+            .collect();
+        assert_eq!(fresh, expect, "after {what}, a new open");
+        if let Some(now_e) = now_e {
+            assert_eq!(listed(&held_e), now_e, "after {what}, the other directory");
+        }
+    };
+    step(
+        "create",
+        &|| fs::write(d.join("c"), b"").unwrap(),
+        &["a", "b", "c"],
+        None,
+    );
+    step(
+        "unlink",
+        &|| sys::unlink(d.join("a")).unwrap(),
+        &["b", "c"],
+        None,
+    );
+    step(
+        "mkdir",
+        &|| sys::mkdir(d.join("s"), 0o755).unwrap(),
+        &["b", "c", "s"],
+        None,
+    );
+    step(
+        "rmdir",
+        &|| sys::rmdir(d.join("s")).unwrap(),
+        &["b", "c"],
+        None,
+    );
+    step(
+        "symlink",
+        &|| sys::symlink("b", d.join("l")).unwrap(),
+        &["b", "c", "l"],
+        None,
+    );
+    step(
+        "mknod",
+        &|| sys::mkfifo(d.join("p"), 0o644).unwrap(),
+        &["b", "c", "l", "p"],
+        None,
+    );
+    step(
+        "link",
+        &|| sys::link(d.join("b"), d.join("h")).unwrap(),
+        &["b", "c", "h", "l", "p"],
+        None,
+    );
+    step(
+        "rename within the directory",
+        &|| sys::rename(d.join("c"), d.join("c2")).unwrap(),
+        &["b", "c2", "h", "l", "p"],
+        None,
+    );
+    step(
+        "rename to another directory",
+        &|| sys::rename(d.join("c2"), e.join("c2")).unwrap(),
+        &["b", "h", "l", "p"],
+        Some(&["c2"]),
+    );
+    step(
+        "rename from another directory",
+        &|| sys::rename(e.join("c2"), d.join("c3")).unwrap(),
+        &["b", "c3", "h", "l", "p"],
+        Some(&[]),
+    );
+    step(
+        "exchange",
+        &|| {
+            fs::write(e.join("x"), b"").unwrap();
+            sys::rename2(e.join("x"), d.join("p"), libc::RENAME_EXCHANGE).unwrap()
+        },
+        &["b", "c3", "h", "l", "p"],
+        Some(&["x"]),
+    );
+    // A rename over an entry keeps the names and changes an inode number.
+    let before = relist(&held);
+    sys::rename(d.join("c3"), d.join("b")).unwrap();
+    let after = relist(&held);
+    let ino_of = |v: &[(Vec<u8>, u64)], n: &[u8]| v.iter().find(|(m, _)| m == n).map(|x| x.1);
+    assert_eq!(
+        ino_of(&after, b"b"),
+        ino_of(&before, b"c3"),
+        "rename over: inode of b"
+    );
+    assert_eq!(ino_of(&after, b"c3"), None);
+    assert_eq!(ino_of(&after, b"b"), Some(lstat(d.join("b")).ino()));
+    // A directory moved to another parent: its own listing's ".." changes, though its mtime
+    // does not (the adapter tells the kernel to drop that listing).
+    sys::mkdir(d.join("sub"), 0o755).unwrap();
+    let sub = sys::open(d.join("sub"), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    let dotdot = |f: &fs::File| {
+        assert_eq!(unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_SET) }, 0);
+        let v = sys::getdents(f, 4096).unwrap();
+        v.into_iter().find(|x| x.name == b"..").expect("no ..").ino
+    };
+    assert_eq!(dotdot(&sub), lstat(&d).ino());
+    assert_eq!(sys::list_dir(d.join("sub")).len(), 2);
+    sys::rename(d.join("sub"), e.join("sub")).unwrap();
+    assert_eq!(dotdot(&sub), lstat(&e).ino(), "the open descriptor's ..");
+    let fresh = sys::list_dir(e.join("sub"));
+    let fresh_dotdot = fresh.iter().find(|x| x.name == b"..").unwrap().ino;
+    assert_eq!(fresh_dotdot, lstat(&e).ino(), "a new open's ..");
+    // And exchanged with a directory of another parent: both move.
+    sys::mkdir(d.join("other"), 0o755).unwrap();
+    let other = sys::open(d.join("other"), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    assert_eq!(dotdot(&other), lstat(&d).ino());
+    sys::rename2(e.join("sub"), d.join("other"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(
+        dotdot(&sub),
+        lstat(&d).ino(),
+        "exchanged: the first one's .."
+    );
+    assert_eq!(
+        dotdot(&other),
+        lstat(&e).ino(),
+        "exchanged: the second one's .."
+    );
+}
+
+/// The kernel keeps symlink targets (FUSE_CACHE_SYMLINKS): a new link renamed over an old one
+/// is a new inode, and a name unlinked and made again too; readlink shows the new target.
+#[test]
+fn cached_symlink_targets_follow_rename_over_and_recreate() {
+    let fs = TestFs::new();
+    let l = fs.join("l");
+    sys::symlink("first/target", &l).unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            fs::read_link(&l).unwrap(),
+            std::path::Path::new("first/target")
+        );
+    }
+    sys::symlink("second/target/longer", fs.join("l.new")).unwrap();
+    assert_eq!(
+        fs::read_link(fs.join("l.new")).unwrap(),
+        std::path::Path::new("second/target/longer")
+    );
+    sys::rename(fs.join("l.new"), &l).unwrap();
+    assert_eq!(
+        fs::read_link(&l).unwrap(),
+        std::path::Path::new("second/target/longer")
+    );
+    sys::unlink(&l).unwrap();
+    sys::symlink("3", &l).unwrap();
+    assert_eq!(fs::read_link(&l).unwrap(), std::path::Path::new("3"));
+    // A symlink to a directory, followed: the path resolves through the new target.
+    sys::mkdir(fs.join("d1"), 0o755).unwrap();
+    sys::mkdir(fs.join("d2"), 0o755).unwrap();
+    fs::write(fs.join("d2/only-in-d2"), b"").unwrap();
+    sys::symlink("d1", fs.join("to")).unwrap();
+    assert!(!fs.join("to/only-in-d2").exists());
+    sys::symlink("d2", fs.join("to.new")).unwrap();
+    sys::rename(fs.join("to.new"), fs.join("to")).unwrap();
+    assert!(
+        fs.join("to/only-in-d2").exists(),
+        "the old target was followed"
+    );
+}
+
+/// A directory removed while a descriptor holds it open (the kernel opens directories itself
+/// when listings are kept): fstat and openat(".") still work on the descriptor, the listing
+/// and new entries fail as on every Linux file system (the VFS refuses a dead directory), and
+/// its inode is freed once the last descriptor closes (the checker at unmount sees it).
+#[test]
+fn an_open_unlinked_directory_stays_open() {
+    let fs = TestFs::new();
+    let d = fs.join("d");
+    sys::mkdir(&d, 0o755).unwrap();
+    fs::write(d.join("f"), b"").unwrap();
+    let held = sys::open(&d, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    assert_eq!(listed(&held), ["f"]);
+    sys::unlink(d.join("f")).unwrap();
+    sys::rmdir(&d).unwrap();
+    let st = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        let r = libc::fstat(held.as_raw_fd(), &mut st);
+        assert_eq!(r, 0, "fstat: {}", std::io::Error::last_os_error());
+        st
+    };
+    assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFDIR);
+    assert_eq!(st.st_nlink, 0, "nlink of a removed directory");
+    let dot = unsafe {
+        libc::openat(
+            held.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )
+    };
+    assert!(
+        dot >= 0,
+        "openat(.) of a removed directory: {}",
+        std::io::Error::last_os_error()
+    );
+    unsafe { libc::close(dot) };
+    assert_eq!(
+        unsafe { libc::lseek(held.as_raw_fd(), 0, libc::SEEK_SET) },
+        0
+    );
+    assert_eq!(sys::errno_of(sys::getdents(&held, 4096)), libc::ENOENT);
+    let made = unsafe {
+        libc::openat(
+            held.as_raw_fd(),
+            c"new".as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+        )
+    };
+    assert_eq!(made, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    drop(held);
+    assert!(!d.exists());
+}

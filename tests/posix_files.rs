@@ -565,3 +565,30 @@ fn random_io_matches_model() {
     fs.remount();
     check(&fs);
 }
+
+/// The mount's read-ahead window (its bdi's read_ahead_kb): 1 MiB unless `readahead=` says
+/// otherwise (FUSE's own is the kernel's 128 KiB).
+#[test]
+fn the_read_ahead_window_is_set_at_mount() {
+    if !Backend::from_env().is_dualfs() {
+        return;
+    }
+    let window = |fs: &TestFs| {
+        let dev = std::fs::metadata(fs.path()).unwrap().dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let mut fs = TestFs::new();
+    assert_eq!(window(&fs), 1024);
+    fs.unmount();
+    let mut fs = TestFs::builder()
+        .mount_opts(&format!("{DEFAULT_MOUNT_OPTS},readahead=256K"))
+        .mount();
+    assert_eq!(window(&fs), 256);
+    fs.unmount();
+}

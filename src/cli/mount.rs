@@ -478,12 +478,16 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     })?;
 
     let adapter = DualFuse::new(fs.clone(), plan.settings.fuse_config());
+    let notifier_slot = adapter.notifier_slot();
     let mut config = fuser::Config::default();
     config.mount_options = plan.settings.fuse_mount_options(&plan.meta);
     config.acl = plan.settings.session_acl();
     config.n_threads = Some(plan.threads);
     config.clone_fd = true;
     let (mut session, kernel) = start_session(plan, adapter, config)?;
+    // Before any request is served (the session runs below).
+    let _ = notifier_slot.set(session.notifier());
+    set_readahead(&plan.mountpoint, plan.settings.readahead_kb());
 
     let unmounter = match &kernel {
         KernelSide::Own(mount) => Unmounter::Own(mount.clone()),
@@ -534,6 +538,30 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
 
 /// Mount the FUSE connection and finish the INIT handshake: our own mount(2) when this
 /// process may mount, fusermount (through fuser) when mount(2) says EPERM.
+/// Set the mount's read-ahead window (its bdi's `read_ahead_kb`). The device numbers come from
+/// mountinfo: a stat of the mount point would wait for a session that is not served yet. A
+/// failure only costs speed.
+fn set_readahead(mountpoint: &Path, kb: u64) {
+    let table = match mountinfo::read() {
+        Ok(table) => table,
+        Err(e) => return info!("read-ahead left as it is: cannot read mountinfo: {e}"),
+    };
+    let Some(entry) = mountinfo::topmost_at(&table, mountpoint) else {
+        return info!(
+            "read-ahead left as it is: {} not in mountinfo",
+            mountpoint.display()
+        );
+    };
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        entry.major, entry.minor
+    );
+    match std::fs::write(&path, format!("{kb}\n")) {
+        Ok(()) => info!("read-ahead {kb} KiB"),
+        Err(e) => info!("read-ahead left as it is: {path}: {}", describe_io(&e)),
+    }
+}
+
 fn start_session(
     plan: &MountPlan,
     adapter: DualFuse,

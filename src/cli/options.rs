@@ -4,11 +4,16 @@
 
 use super::error::CliError;
 use dualfs::fs::MountOptions;
-use dualfs::fuse::FuseConfig;
+use dualfs::fuse::{DirCache, FuseConfig, Readdirplus};
 use fuser::{MountOption, SessionACL};
 use nix::mount::MsFlags;
 use std::path::Path;
 use std::time::Duration;
+
+/// The read-ahead window unless `readahead=` says otherwise: 1 MiB, one FUSE read request
+/// (max_pages): a quarter of the READ requests of the kernel's 128 KiB or fewer
+/// (docs/DESIGN.md, "FUSE levers").
+pub const DEFAULT_READAHEAD: u64 = 1 << 20;
 
 /// Everything `-o` can set.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -34,6 +39,16 @@ pub struct MountSettings {
     pub checkpoint_interval: Option<Duration>,
     pub writeback_cache: bool,
     pub ttl: Option<Duration>,
+    /// `dir_cache=off|open|kept`.
+    pub dir_cache: Option<DirCache>,
+    /// `noopendir` (`opendir` clears it).
+    pub noopendir: bool,
+    /// `nocache_symlinks` (`cache_symlinks` clears it).
+    pub nocache_symlinks: bool,
+    /// `readdirplus=never|auto|always`.
+    pub readdirplus: Option<Readdirplus>,
+    /// `readahead=SIZE`: the kernel's read-ahead window for the mount.
+    pub readahead: Option<u64>,
     /// Options that only mean something to mount(8), fstab or systemd, accepted and ignored.
     pub ignored: Vec<String>,
 }
@@ -82,6 +97,17 @@ Mount options (-o OPT[,OPT...], may be repeated; later options win):
   checkpoint_interval=SECONDS  how often a checkpoint is written (default 30)
   writeback_cache            let the kernel cache writes (default off)
   ttl=SECONDS                how long the kernel caches names and attributes (default 3600)
+  dir_cache=off|open|kept    how long the kernel keeps directory listings: not at all, while
+                             the directory is open, or until it changes (the default;
+                             strictatime implies off)
+  noopendir, opendir         let the kernel open directories itself (with dir_cache=kept),
+                             or send the opens to DualFS (the default; without them, fstat
+                             of an open directory fails once it is removed)
+  nocache_symlinks, cache_symlinks  let the kernel cache symlink targets, or not (the default)
+  readdirplus=never|auto|always  when listings carry attributes (default auto: at the start
+                             of a listing and after lookups in the directory)
+  readahead=SIZE             the kernel's read-ahead window for sequential reads (default 1M;
+                             the kernel's own default is 128K)
   defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, group, comment=...,
   x-*                        for mount(8), fstab and systemd: accepted, ignored by DualFS";
 
@@ -222,6 +248,36 @@ fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
         "ttl" => {
             let text = needs_value(key, value, "SECONDS")?;
             s.ttl = Some(parse_seconds(text).map_err(|e| bad_value(key, text, &e))?);
+        }
+        "dir_cache" => {
+            let text = needs_value(key, value, "off|open|kept")?;
+            s.dir_cache = Some(match text {
+                "off" => DirCache::Off,
+                "open" => DirCache::PerOpen,
+                "kept" => DirCache::Kept,
+                _ => return Err(bad_value(key, text, "expected off, open or kept")),
+            });
+        }
+        "noopendir" | "opendir" => {
+            no_value(key, value)?;
+            s.noopendir = key == "noopendir";
+        }
+        "nocache_symlinks" | "cache_symlinks" => {
+            no_value(key, value)?;
+            s.nocache_symlinks = key == "nocache_symlinks";
+        }
+        "readahead" => {
+            let text = needs_value(key, value, "SIZE")?;
+            s.readahead = Some(parse_size(text).map_err(|e| bad_value(key, text, &e))?);
+        }
+        "readdirplus" => {
+            let text = needs_value(key, value, "never|auto|always")?;
+            s.readdirplus = Some(match text {
+                "never" => Readdirplus::Never,
+                "auto" => Readdirplus::Auto,
+                "always" => Readdirplus::Always,
+                _ => return Err(bad_value(key, text, "expected never, auto or always")),
+            });
         }
         _ => {
             return Err(CliError::usage(format!(
@@ -410,6 +466,12 @@ impl MountSettings {
         }
     }
 
+    /// The read-ahead window in KiB (written to the mount's bdi `read_ahead_kb`; FUSE's INIT
+    /// can only lower it from the kernel's 128 KiB).
+    pub fn readahead_kb(&self) -> u64 {
+        self.readahead.unwrap_or(DEFAULT_READAHEAD).div_ceil(1024)
+    }
+
     pub fn fuse_config(&self) -> FuseConfig {
         let defaults = FuseConfig::default();
         FuseConfig {
@@ -417,7 +479,14 @@ impl MountSettings {
             writeback_cache: self.writeback_cache,
             // strictatime must see every read and listing.
             direct_io: self.atime == Some(Atime::Always),
-            cache_dir: self.atime != Some(Atime::Always),
+            dir_cache: if self.atime == Some(Atime::Always) {
+                DirCache::Off
+            } else {
+                self.dir_cache.unwrap_or(defaults.dir_cache)
+            },
+            no_opendir: self.noopendir,
+            cache_symlinks: !self.nocache_symlinks,
+            readdirplus: self.readdirplus.unwrap_or(defaults.readdirplus),
             ..defaults
         }
     }
@@ -517,10 +586,56 @@ mod tests {
     }
 
     #[test]
+    fn kernel_cache_options() {
+        let c = parse(&[]).unwrap().fuse_config();
+        assert_eq!(
+            (c.dir_cache, c.no_opendir, c.cache_symlinks, c.readdirplus),
+            (DirCache::Kept, false, true, Readdirplus::Auto)
+        );
+        let c = parse(&["dir_cache=open,noopendir,nocache_symlinks,readdirplus=always"])
+            .unwrap()
+            .fuse_config();
+        assert_eq!(
+            (c.dir_cache, c.no_opendir, c.cache_symlinks, c.readdirplus),
+            (DirCache::PerOpen, true, false, Readdirplus::Always)
+        );
+        let c = parse(&["dir_cache=off,noopendir,opendir,nocache_symlinks,cache_symlinks"])
+            .unwrap()
+            .fuse_config();
+        assert_eq!(
+            (c.dir_cache, c.no_opendir, c.cache_symlinks),
+            (DirCache::Off, false, true)
+        );
+        assert_eq!(
+            parse(&["readdirplus=never"])
+                .unwrap()
+                .fuse_config()
+                .readdirplus,
+            Readdirplus::Never
+        );
+        assert_eq!(parse(&[]).unwrap().readahead_kb(), 1024);
+        assert_eq!(parse(&["readahead=4M"]).unwrap().readahead_kb(), 4096);
+        assert_eq!(parse(&["readahead=1000"]).unwrap().readahead_kb(), 1);
+        for bad in [
+            "dir_cache=on",
+            "dir_cache",
+            "readdirplus=yes",
+            "noopendir=1",
+            "readahead=0",
+            "readahead",
+        ] {
+            assert!(parse(&[bad]).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
     fn access_time_options() {
         let s = parse(&["strictatime"]).unwrap();
         assert!(s.core_options().strictatime && !s.core_options().noatime);
-        assert!(s.fuse_config().direct_io && !s.fuse_config().cache_dir);
+        assert!(s.fuse_config().direct_io);
+        assert_eq!(s.fuse_config().dir_cache, DirCache::Off);
+        let s = parse(&["dir_cache=kept,strictatime"]).unwrap();
+        assert_eq!(s.fuse_config().dir_cache, DirCache::Off, "strictatime wins");
         // The last of noatime, atime, relatime, strictatime wins.
         for (list, atime) in [
             ("noatime,strictatime", Atime::Always),
