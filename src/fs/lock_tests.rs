@@ -98,7 +98,7 @@ fn cached_mutations_do_no_io_under_the_gate() {
 /// lost nor torn: after the race, what the cache shows is what the next mount reads.
 #[test]
 fn access_times_racing_the_log_writer_are_kept() {
-    let (meta, data) = devices(32, 32);
+    let (meta, data) = devices(64, 32);
     let fs = strict(&meta, &data);
     let files: Vec<(u64, u64)> = (0..64u32)
         .map(|i| {
@@ -109,19 +109,23 @@ fn access_times_racing_the_log_writer_are_kept() {
             (a.ino, fh)
         })
         .collect();
-    let stop = AtomicBool::new(false);
+    // A bounded number of log writes (each is a transaction of the inodes read since the
+    // last: the log must not fill up, nothing cleans it here), reads all along.
+    let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
+            for _ in 0..300 {
                 fs.commit().unwrap();
             }
+            done.store(true, Ordering::Release);
         });
-        for round in 0..200 {
+        let mut round = 0;
+        while !done.load(Ordering::Acquire) {
             for &(ino, fh) in &files[round % 2..] {
                 fs.read(ino, fh, 0, 1).unwrap();
             }
+            round += 1;
         }
-        stop.store(true, Ordering::Release);
     });
     let seen: Vec<Timespec> = files
         .iter()
