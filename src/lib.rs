@@ -14,6 +14,7 @@ pub mod format;
 pub mod fs;
 pub mod fuse;
 pub mod ioctl;
+pub mod lockcheck;
 pub mod log;
 pub mod meta;
 pub mod mkfs;

@@ -2,6 +2,10 @@
 //! or flush reaches the device below (they fail with EIO); writes already under way finish
 //! first, so what is on the device is exactly what was written before the cut. Reads go on.
 //! This is how FS_IOC_SHUTDOWN stops a mount (`Fs::shutdown`).
+//!
+//! Every device access of a mounted file system passes here, so this is also where the lock
+//! discipline is checked: no access while the thread holds a lock that lookups, getattr and
+//! reads need (`crate::lockcheck`).
 
 use super::BlockDevice;
 use parking_lot::RwLock;
@@ -45,12 +49,15 @@ impl BlockDevice for Fence {
         self.inner.size()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        crate::lockcheck::assert_no_io_locks("device read");
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        crate::lockcheck::assert_no_io_locks("device write");
         self.pass(|d| d.write_at(buf, offset))
     }
     fn flush(&self) -> io::Result<()> {
+        crate::lockcheck::assert_no_io_locks("device flush");
         self.pass(|d| d.flush())
     }
     fn describe(&self) -> String {

@@ -3,8 +3,8 @@
 //! block until its segment is cleaned; the checkpoint that cleans segments drops their blocks
 //! from here before anything can be written there again.
 
+use crate::lockcheck::Mutex;
 use lru::LruCache;
-use parking_lot::Mutex;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
@@ -15,7 +15,10 @@ pub struct BlockCache {
 impl BlockCache {
     pub fn new(capacity: usize) -> BlockCache {
         BlockCache {
-            blocks: Mutex::new(LruCache::new(NonZeroUsize::new(capacity.max(1)).unwrap())),
+            blocks: Mutex::new(
+                "inode block cache",
+                LruCache::new(NonZeroUsize::new(capacity.max(1)).unwrap()),
+            ),
         }
     }
 

@@ -301,6 +301,13 @@ impl Fs {
     /// Linux's `relatime` does, when it is not newer than the last change or more than a day
     /// old; never with `noatime`, for an inode flagged FS_NOATIME_FL, or for a directory with
     /// `nodiratime`. The new time reaches the log with the next flush, like every change.
+    ///
+    /// Without the gate: an access time is part of no invariant between objects, so it needs
+    /// no transaction of its own, only to be in some transaction whole. The state lock makes
+    /// the change atomic against the log writer's copy of the inode, and the writer takes out
+    /// of the dirty map only the entries it collected (`forget_dirty`), so an inode marked
+    /// dirty during its snapshot stays for the next one. A read therefore never queues behind
+    /// the writer waiting for the gate, or behind the mutations holding it.
     pub(crate) fn touch_atime(&self, e: &Arc<InodeEntry>) {
         if self.opts.noatime || self.opts.read_only || self.alive().is_err() {
             return;
@@ -321,7 +328,6 @@ impl Fs {
         if !stale(&e.state.read()) {
             return;
         }
-        let _g = self.gate.read();
         let mut st = e.state.write();
         if !st.deleted && stale(&st) {
             st.d.atime = super::inode::to_disk_time(now);

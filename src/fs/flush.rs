@@ -184,12 +184,7 @@ impl Fs {
         // From here on the snapshot is taken: nothing may fail until it is written.
         self.snap_seq.store(seq, Ordering::Release);
         self.cleaner.snapshot_taken();
-        {
-            let mut dirty = self.dirty.lock();
-            dirty.clear();
-            self.cleaner.counts.dirty_inodes.store(0, Ordering::Release);
-            self.cleaner.counts.tombstones.store(0, Ordering::Release);
-        }
+        self.forget_dirty(&entries);
         let mut addrs = plan.addrs.iter().copied();
         let mut pending = Vec::with_capacity(nblocks);
         let mut dead = Vec::new();

@@ -7,7 +7,7 @@
 use super::types::Timespec;
 use crate::format::inode::{DiskInode, DiskTime};
 use lru::LruCache;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub struct InodeState {
 pub struct InodeEntry {
     pub ino: u64,
     pub op: Arc<Mutex<()>>,
-    pub state: RwLock<InodeState>,
+    pub state: crate::lockcheck::RwLock<InodeState>,
 }
 
 impl InodeEntry {
@@ -53,17 +53,20 @@ impl InodeEntry {
         Arc::new(InodeEntry {
             ino: d.ino,
             op: Arc::new(Mutex::new(())),
-            state: RwLock::new(InodeState {
-                d,
-                dirty,
-                deleted: false,
-                opens: 0,
-                ptrs: HashMap::new(),
-                long_target: None,
-                target_dirty: false,
-                window: None,
-                window_used: false,
-            }),
+            state: crate::lockcheck::RwLock::new(
+                "inode state",
+                InodeState {
+                    d,
+                    dirty,
+                    deleted: false,
+                    opens: 0,
+                    ptrs: HashMap::new(),
+                    long_target: None,
+                    target_dirty: false,
+                    window: None,
+                    window_used: false,
+                },
+            ),
         })
     }
 }

@@ -24,7 +24,7 @@
 //! kernel holds, so it is bounded by the kernel's inode cache; a reference whose reply never
 //! reached the kernel keeps its number out of reuse until unmount, nothing worse.
 
-use parking_lot::Mutex;
+use crate::lockcheck::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -37,10 +37,18 @@ struct Held {
     freed: bool,
 }
 
-#[derive(Default)]
 pub(crate) struct KernelRefs {
     on: AtomicBool,
     shards: [Mutex<HashMap<u64, Held>>; SHARDS],
+}
+
+impl Default for KernelRefs {
+    fn default() -> Self {
+        KernelRefs {
+            on: AtomicBool::new(false),
+            shards: std::array::from_fn(|_| Mutex::new("kernel_refs", HashMap::new())),
+        }
+    }
 }
 
 impl KernelRefs {

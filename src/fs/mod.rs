@@ -41,11 +41,12 @@ use crate::betree::{BeTree, NodeLoader};
 use crate::device::BlockDevice;
 use crate::format::summary::Record;
 use crate::format::superblock::Superblock;
+use crate::lockcheck::Mutex as NoIoMutex;
 use crate::log::LogWriter;
 use crate::meta::Tables;
 use crate::{FsError, Result};
 use inode::{InoAllocator, InodeCache, InodeEntry};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -154,19 +155,19 @@ pub struct Fs {
     opts: MountOptions,
     /// Pointers per indirect block.
     ppb: u64,
-    tables: Mutex<Tables>,
+    tables: NoIoMutex<Tables>,
     tree: BeTree,
     inodes: InodeCache,
     /// Inode blocks recently read.
     inode_blocks: blockcache::BlockCache,
-    ino_alloc: Mutex<InoAllocator>,
+    ino_alloc: NoIoMutex<InoAllocator>,
     /// The kernel's lookup counts: numbers it holds are not reused (kernel_refs.rs).
     kernel_refs: kernel_refs::KernelRefs,
     /// Writes come from the kernel's write-back cache (`begin_kernel_session`): it positions
     /// O_APPEND writes and keeps mtime and ctime of regular files itself.
     writeback_cache: AtomicBool,
-    gate: RwLock<()>,
-    dirty: Mutex<HashMap<u64, Arc<InodeEntry>>>,
+    gate: crate::lockcheck::Gate,
+    dirty: NoIoMutex<HashMap<u64, Arc<InodeEntry>>>,
     /// Records of changes no block shows, in the order they happened.
     records: records::RecordLog,
     flusher: Mutex<FlushState>,
@@ -176,11 +177,11 @@ pub struct Fs {
     /// File data was written since the last data-device flush.
     data_dirty: AtomicBool,
     /// Set after a failed log write: nothing more may be written.
-    failed: Mutex<Option<String>>,
+    failed: NoIoMutex<Option<String>>,
     /// `failed` is set (read by every operation without taking the lock).
     has_failed: AtomicBool,
     unmounted: AtomicBool,
-    handles: Mutex<HashMap<u64, Handle>>,
+    handles: NoIoMutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     rename_lock: Mutex<()>,
     /// Data blocks reserved for files' next writes (alloc.rs).
@@ -189,7 +190,7 @@ pub struct Fs {
     cleaning: Mutex<()>,
     /// Cleaning and admission state: thresholds, counters, charges of pending work.
     cleaner: clean::CleanerState,
-    stats: Mutex<Stats>,
+    stats: NoIoMutex<Stats>,
     recovery: Recovery,
     stop: (Mutex<bool>, Condvar),
     background: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -313,7 +314,8 @@ impl Fs {
         }
     }
 
-    /// Record that `e` changed (the caller holds its state lock and the gate).
+    /// Record that `e` changed (the caller holds its state lock, and the gate unless the change
+    /// is one that may land in any transaction by itself: an access time, `touch_atime`).
     fn mark_dirty(&self, e: &Arc<InodeEntry>, st: &mut inode::InodeState) {
         st.dirty = true;
         let mut dirty = self.dirty.lock();
@@ -325,6 +327,22 @@ impl Fs {
                 .dirty_inodes
                 .store(dirty.len() as u64, Ordering::Release);
         }
+    }
+
+    /// The log writer's snapshot took `entries` (collected from the dirty map earlier under
+    /// the same hold of the gate): take them, and only them, out of the map. An entry marked
+    /// dirty meanwhile without the gate (an access time) stays for the next snapshot; one of
+    /// `entries` changed meanwhile is written with the snapshot's copy, taken after this.
+    fn forget_dirty(&self, entries: &[Arc<InodeEntry>]) {
+        let mut dirty = self.dirty.lock();
+        for e in entries {
+            dirty.remove(&e.ino);
+        }
+        self.cleaner
+            .counts
+            .dirty_inodes
+            .store(dirty.len() as u64, Ordering::Release);
+        self.cleaner.counts.tombstones.store(0, Ordering::Release);
     }
 
     fn push_record(&self, r: Record) {
@@ -350,6 +368,8 @@ mod alloc_tests;
 mod falloc_tests;
 #[cfg(test)]
 mod flags_tests;
+#[cfg(test)]
+mod lock_tests;
 #[cfg(test)]
 mod node_id_tests;
 #[cfg(test)]

@@ -7,12 +7,13 @@ use crate::device::fence::Fence;
 use crate::device::BlockDevice;
 use crate::format::meta::{pointers_per_block, IMAP_ORPHAN, SEG_ACTIVE};
 use crate::format::superblock::{Role, Superblock};
+use crate::lockcheck::Mutex as NoIoMutex;
 use crate::log::checkpoint::read_newest;
 use crate::log::recovery::{load_tables, roll_forward};
 use crate::log::{LogHead, LogWriter};
 use crate::meta::Tables;
 use crate::{FsError, Result};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -142,17 +143,17 @@ impl Fs {
         let writer = LogWriter::new(sb.clone(), meta.clone(), head);
         let fs = Fs {
             ppb: pointers_per_block(sb.block_size) as u64,
-            tables: Mutex::new(tables),
+            tables: NoIoMutex::new("tables", tables),
             tree,
             inodes: InodeCache::default(),
             inode_blocks: super::blockcache::BlockCache::new(
                 (opts.cache_bytes / 8 / sb.block_size as u64) as usize,
             ),
-            ino_alloc: Mutex::new(InoAllocator::new(free, next_new)),
+            ino_alloc: NoIoMutex::new("ino_alloc", InoAllocator::new(free, next_new)),
             kernel_refs: Default::default(),
             writeback_cache: AtomicBool::new(false),
-            gate: RwLock::new(()),
-            dirty: Mutex::new(HashMap::new()),
+            gate: crate::lockcheck::Gate::new(),
+            dirty: NoIoMutex::new("dirty", HashMap::new()),
             records: super::records::RecordLog::new(sb.blocks_per_group, sb.block_size),
             flusher: Mutex::new(FlushState {
                 writer,
@@ -163,16 +164,16 @@ impl Fs {
             snap_seq: AtomicU64::new(0),
             durable_seq: AtomicU64::new(0),
             data_dirty: AtomicBool::new(false),
-            failed: Mutex::new(None),
+            failed: NoIoMutex::new("failed", None),
             has_failed: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
-            handles: Mutex::new(HashMap::new()),
+            handles: NoIoMutex::new("handles", HashMap::new()),
             next_fh: AtomicU64::new(1),
             rename_lock: Mutex::new(()),
             windows: Default::default(),
             cleaning: Mutex::new(()),
             cleaner: super::clean::CleanerState::new(),
-            stats: Mutex::new(Stats::default()),
+            stats: NoIoMutex::new("stats", Stats::default()),
             recovery,
             stop: (Mutex::new(false), Condvar::new()),
             background: Mutex::new(None),

@@ -5,7 +5,8 @@
 
 use crate::format::meta::entries32_per_block;
 use crate::format::summary::Record;
-use parking_lot::{Mutex, MutexGuard};
+use crate::lockcheck::{Guard, Mutex};
+use parking_lot::MutexGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) struct RecordLog {
@@ -22,13 +23,13 @@ pub(crate) struct RecordLog {
 /// The list, locked; records go in through `push`, which keeps the counts.
 pub(crate) struct RecordGuard<'a> {
     log: &'a RecordLog,
-    list: MutexGuard<'a, Vec<Record>>,
+    list: Guard<MutexGuard<'a, Vec<Record>>>,
 }
 
 impl RecordLog {
     pub fn new(blocks_per_group: u32, block_size: u32) -> RecordLog {
         RecordLog {
-            list: Mutex::new(Vec::new()),
+            list: Mutex::new("records", Vec::new()),
             count: AtomicU64::new(0),
             meta_blocks: AtomicU64::new(0),
             data_freed: AtomicU64::new(0),

@@ -18,6 +18,7 @@
 
 use super::Fs;
 use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED};
+use crate::lockcheck::Mutex as NoIoMutex;
 use crate::Result;
 use parking_lot::Mutex;
 use policy::{CleanerCounters, Policy, ThresholdUpdate, Thresholds};
@@ -43,8 +44,8 @@ const OP_BLOCKS: u64 = 16;
 /// What the file system keeps for cleaning and admission.
 pub(crate) struct CleanerState {
     /// `None` until someone sets them: defaults follow the log's size.
-    thresholds: Mutex<Option<Thresholds>>,
-    counters: Mutex<CleanerCounters>,
+    thresholds: NoIoMutex<Option<Thresholds>>,
+    counters: NoIoMutex<CleanerCounters>,
     /// Log blocks dirtied since the last snapshot that the dirty counters do not show
     /// (indirect blocks, long symlink targets); reset when the log writer takes a snapshot.
     charged: AtomicU64,
@@ -61,7 +62,7 @@ pub(crate) struct CleanerState {
     room: Mutex<()>,
     /// (clean segments, live bytes, deletes admitted) when making room last failed: until one
     /// changes, another attempt would fail the same way.
-    futile: Mutex<Option<(u64, u64, u64)>>,
+    futile: NoIoMutex<Option<(u64, u64, u64)>>,
     /// Deletes admitted so far: each may make cleaning worth it again.
     deletes: AtomicU64,
     /// The figures admission reads without a lock.
@@ -71,8 +72,8 @@ pub(crate) struct CleanerState {
 impl CleanerState {
     pub(crate) fn new() -> CleanerState {
         CleanerState {
-            thresholds: Mutex::new(None),
-            counters: Mutex::new(CleanerCounters::default()),
+            thresholds: NoIoMutex::new("cleaner thresholds", None),
+            counters: NoIoMutex::new("cleaner counters", CleanerCounters::default()),
             charged: AtomicU64::new(0),
             inflight: AtomicU64::new(0),
             claimed: AtomicU64::new(0),
@@ -80,7 +81,7 @@ impl CleanerState {
             epoch: Instant::now(),
             daemons: AtomicU64::new(0),
             room: Mutex::new(()),
-            futile: Mutex::new(None),
+            futile: NoIoMutex::new("cleaner futile", None),
             deletes: AtomicU64::new(0),
             counts: room::RoomCounts::default(),
         }

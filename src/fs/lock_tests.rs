@@ -1,0 +1,143 @@
+//! The lock discipline (docs/DESIGN.md, "Locks") on a live core: what reads and mutations
+//! take, counted per thread by `crate::lockcheck` (the device layer also panics on I/O under a
+//! no-I/O lock in every test here).
+
+use super::tests::{devices, ROOT, U};
+use super::*;
+use crate::lockcheck::gate_counts;
+
+fn strict(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Arc<Fs> {
+    let opts = MountOptions {
+        strictatime: true,
+        ..MountOptions::default()
+    };
+    Fs::mount(meta.clone(), data.clone(), opts).unwrap()
+}
+
+/// Lookups, getattr, reads and listings never take the gate, not even to update an access
+/// time, so they never queue behind the log writer or the mutations holding it.
+#[test]
+fn reads_lookups_and_listings_never_take_the_gate() {
+    let (meta, data) = devices(32, 32);
+    let fs = strict(&meta, &data);
+    let d = fs.mkdir(&U, ROOT, b"d", 0o755).unwrap().ino;
+    let (a, fh) = fs.create(&U, d, b"f", 0o644, libc::O_RDWR).unwrap();
+    fs.write(a.ino, fh, 0, &[7u8; 10000]).unwrap();
+    let written = fs.getattr(a.ino).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let before = gate_counts();
+    assert_eq!(fs.lookup(d, b"f").unwrap().ino, a.ino);
+    fs.getattr(a.ino).unwrap();
+    assert_eq!(fs.read(a.ino, fh, 0, 4096).unwrap(), vec![7u8; 4096]);
+    let mut n = 0;
+    fs.readdir(d, 0, &mut |_| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, 3);
+    assert_eq!(
+        gate_counts().0,
+        before.0,
+        "a read-side operation took the gate"
+    );
+    // The access times moved all the same, and reach the log.
+    let read = fs.getattr(a.ino).unwrap();
+    assert!(read.atime > written.atime, "{read:?}");
+    let dir_read = fs.getattr(d).unwrap();
+    fs.release(a.ino, fh).unwrap();
+    fs.unmount().unwrap();
+    let fs = strict(&meta, &data);
+    assert_eq!(fs.getattr(a.ino).unwrap().atime, read.atime);
+    assert_eq!(fs.getattr(d).unwrap().atime, dir_read.atime);
+    fs.unmount().unwrap();
+}
+
+/// With everything they need cached, the common mutations take the gate but do no device
+/// I/O while holding it: data goes to the device, and inodes and indirect blocks are loaded,
+/// before it.
+#[test]
+fn cached_mutations_do_no_io_under_the_gate() {
+    let (meta, data) = devices(32, 32);
+    let fs = strict(&meta, &data);
+    let d = fs.mkdir(&U, ROOT, b"d", 0o755).unwrap().ino;
+    let e = fs.mkdir(&U, ROOT, b"e", 0o755).unwrap().ino;
+    let before = gate_counts();
+    let (a, fh) = fs.create(&U, d, b"f", 0o644, libc::O_RDWR).unwrap();
+    // Far enough to need indirect blocks.
+    for i in 0..40u64 {
+        fs.write(a.ino, fh, i * 4096, &[i as u8; 4096]).unwrap();
+    }
+    fs.setattr(
+        &U,
+        a.ino,
+        &SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    fs.link(&U, a.ino, e, b"g").unwrap();
+    fs.rename(&U, d, b"f", d, b"f2", RenameFlags::default())
+        .unwrap();
+    fs.rename(&U, e, b"g", d, b"g", RenameFlags::default())
+        .unwrap();
+    fs.symlink(&U, e, b"s", b"f2").unwrap();
+    fs.mkdir(&U, e, b"sub", 0o755).unwrap();
+    fs.rmdir(&U, e, b"sub").unwrap();
+    fs.unlink(&U, d, b"g").unwrap();
+    fs.release(a.ino, fh).unwrap();
+    fs.unlink(&U, d, b"f2").unwrap();
+    let (taken, io) = gate_counts();
+    assert!(taken > before.0 + 10, "the mutations took the gate");
+    assert_eq!(io, before.1, "device I/O under the gate");
+    fs.unmount().unwrap();
+}
+
+/// Access times updated without the gate while the log writer takes snapshots are neither
+/// lost nor torn: after the race, what the cache shows is what the next mount reads.
+#[test]
+fn access_times_racing_the_log_writer_are_kept() {
+    let (meta, data) = devices(64, 32);
+    let fs = strict(&meta, &data);
+    let files: Vec<(u64, u64)> = (0..64u32)
+        .map(|i| {
+            let (a, fh) = fs
+                .create(&U, ROOT, format!("f{i}").as_bytes(), 0o644, libc::O_RDWR)
+                .unwrap();
+            fs.write(a.ino, fh, 0, b"x").unwrap();
+            (a.ino, fh)
+        })
+        .collect();
+    // A bounded number of log writes (each is a transaction of the inodes read since the
+    // last: the log must not fill up, nothing cleans it here), reads all along.
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..300 {
+                fs.commit().unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        let mut round = 0;
+        while !done.load(Ordering::Acquire) {
+            for &(ino, fh) in &files[round % 2..] {
+                fs.read(ino, fh, 0, 1).unwrap();
+            }
+            round += 1;
+        }
+    });
+    let seen: Vec<Timespec> = files
+        .iter()
+        .map(|&(ino, fh)| {
+            fs.release(ino, fh).unwrap();
+            fs.getattr(ino).unwrap().atime
+        })
+        .collect();
+    fs.unmount().unwrap();
+    let fs = strict(&meta, &data);
+    for (&(ino, _), want) in files.iter().zip(seen) {
+        assert_eq!(fs.getattr(ino).unwrap().atime, want, "inode {ino}");
+    }
+    fs.unmount().unwrap();
+}
