@@ -25,7 +25,7 @@ pub struct Allowed {
     pub remove_names: bool,
     /// Reconnect unreachable inodes under /lost+found.
     pub reconnect: bool,
-    /// Free unattached regular files holding nothing.
+    /// Free unattached regular files holding nothing (no data, no extended attributes).
     pub free_empty: bool,
     /// Free orphans: files unlinked while open, whose last user is gone (a mount would free
     /// them; fsck does it as e2fsck clears its orphan list).
@@ -390,7 +390,9 @@ pub fn plan(
             let Some(kind) = info.kind() else { continue };
             let d = &info.disk;
             let owns_nothing = d.direct.iter().chain(d.indirect.iter()).all(|&a| a == 0);
-            let empty = kind == FileKind::Regular && d.size == 0 && owns_nothing;
+            // Extended attributes are something the file holds: it goes to lost+found.
+            let has_attrs = d.flags & crate::format::inode::IFLAG_XATTRS != 0;
+            let empty = kind == FileKind::Regular && d.size == 0 && owns_nothing && !has_attrs;
             if empty && allowed.free_empty {
                 frees.push(ino);
                 continue;
