@@ -19,6 +19,11 @@ fn dir_of(p: &Path, (uid, gid): (u32, u32), mode: u32) {
     chmod(p, mode).unwrap();
 }
 
+/// Open `p` for writing and write `bytes` (as whoever calls it).
+fn write_to(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    fs::OpenOptions::new().write(true).open(p)?.write_all(bytes)
+}
+
 /// A file owned by `owner` with `mode` and some content.
 fn file_of(p: &Path, (uid, gid): (u32, u32), mode: u32) {
     fs::write(p, b"content").unwrap();
@@ -290,14 +295,7 @@ fn writing_clears_setuid_and_setgid() {
     let f = d.join("prog");
     file_of(&f, ALICE, 0o6777);
     let (b, bg) = BOB;
-    as_user(b, bg, || {
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&f)
-            .unwrap()
-            .write_all(b"x")
-            .unwrap();
-    });
+    as_user(b, bg, || write_to(&f, b"x")).unwrap();
     assert_eq!(
         perm(&lstat(&f)),
         0o777,
@@ -331,12 +329,7 @@ fn what_a_change_takes_away_depends_on_who_makes_it() {
 
     // Root holds CAP_FSETID: its writes and truncates keep them.
     chmod(&f, 0o6777).unwrap();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&f)
-        .unwrap()
-        .write_all(b"root")
-        .unwrap();
+    write_to(&f, b"root").unwrap();
     truncate(&f, 1).unwrap();
     fs::OpenOptions::new()
         .write(true)
@@ -351,14 +344,7 @@ fn what_a_change_takes_away_depends_on_who_makes_it() {
 
     // Set-group-ID without group execute marks mandatory locking: a write keeps it.
     chmod(&f, 0o6767).unwrap();
-    as_user(b, bg, || {
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&f)
-            .unwrap()
-            .write_all(b"x")
-    })
-    .unwrap();
+    as_user(b, bg, || write_to(&f, b"x")).unwrap();
     assert_eq!(
         perm(&lstat(&f)),
         0o2767,

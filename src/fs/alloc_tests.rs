@@ -1,6 +1,7 @@
 //! Core tests of data allocation (alloc.rs): reservation windows pin no space a writer
 //! needs, statfs counts them as free, and sequential writers still come out contiguous.
 
+use super::falloc_tests::unmount_and_check;
 use super::tests::{devices, mount, ROOT, U};
 use super::*;
 use crate::format::bmap::DataPtr;
@@ -36,13 +37,6 @@ fn windowed(fs: &Fs) -> u64 {
         .filter_map(|e| e.state.read().window)
         .map(|(next, end)| end - next)
         .sum()
-}
-
-fn unmount_and_check(fs: Arc<Fs>, m: &Arc<dyn BlockDevice>, d: &Arc<dyn BlockDevice>) {
-    fs.unmount().unwrap();
-    drop(fs);
-    let r = crate::check::check(&**m, &**d).unwrap();
-    assert!(r.is_clean(), "{r}");
 }
 
 /// Many files kept open after one small write each hold most of a small data device in

@@ -58,7 +58,8 @@ fn pointers(fs: &Fs, ino: u64, from: u64, to: u64) -> Vec<DataPtr> {
         .collect()
 }
 
-fn unmount_and_check(fs: Arc<Fs>, m: &Arc<dyn BlockDevice>, d: &Arc<dyn BlockDevice>) {
+/// Unmount, then the checker must find both devices clean.
+pub(super) fn unmount_and_check(fs: Arc<Fs>, m: &Arc<dyn BlockDevice>, d: &Arc<dyn BlockDevice>) {
     fs.unmount().unwrap();
     drop(fs);
     let r = crate::check::check(&**m, &**d).unwrap();

@@ -285,6 +285,23 @@ fn attributes_past_the_inodes_limits_are_removed() {
     repaired(&img);
 }
 
+/// The first leaf of the tree whose entries `pick` takes.
+fn find_leaf(
+    img: &Image,
+    nodes: &crate::meta::nodemap::NodeMap,
+    pick: impl Fn(&[crate::format::node::LeafEntry]) -> bool,
+) -> Option<u64> {
+    (2..nodes.addrs.len() as u64)
+        .filter(|&id| nodes.get(id) != 0)
+        .find(|&id| {
+            let block = read_block(img, nodes.get(id));
+            match crate::format::node::decode(&block, id).map(|n| n.body) {
+                Ok(crate::format::node::NodeBody::Leaf { entries }) => pick(&entries),
+                _ => false,
+            }
+        })
+}
+
 /// Empty files with attributes whose names go with a leaf: the repair reconnects them with
 /// their attributes, it does not free them as files holding nothing (found as a failure of
 /// the test below, 1 run in 40: which leaf it damages depends on when the log writer ran).
@@ -306,19 +323,11 @@ fn nameless_empty_files_with_attributes_are_reconnected_not_freed() {
     let state = img.outcome(Mode::Tree).state.unwrap();
     let nodes = &state.loaded.tables.nodes;
     // A leaf holding names in e and none of the attributes.
-    let victim = (2..nodes.addrs.len() as u64)
-        .filter(|&id| nodes.get(id) != 0)
-        .find(|&id| {
-            let block = read_block(&img, nodes.get(id));
-            match crate::format::node::decode(&block, id).map(|n| n.body) {
-                Ok(crate::format::node::NodeBody::Leaf { entries }) => {
-                    entries.iter().any(|x| !x.key.is_attr() && x.key.dir == e)
-                        && !entries.iter().any(|x| x.key.is_attr())
-                }
-                _ => false,
-            }
-        })
-        .expect("a leaf of names only");
+    let victim = find_leaf(&img, nodes, |entries| {
+        entries.iter().any(|x| !x.key.is_attr() && x.key.dir == e)
+            && !entries.iter().any(|x| x.key.is_attr())
+    })
+    .expect("a leaf of names only");
     zero_block(&img, nodes.get(victim));
     assert_error(&img.check(Mode::Tree), TREE, "damaged");
     repaired(&img);
@@ -357,19 +366,11 @@ fn a_tree_rebuild_keeps_the_attributes_it_can_read() {
     let ours = |e: &crate::format::node::LeafEntry| {
         e.key.is_attr() && want.iter().any(|w| w.0 == e.key.dir)
     };
-    let victim = (2..nodes.addrs.len() as u64)
-        .filter(|&id| nodes.get(id) != 0)
-        .find(|&id| {
-            let block = read_block(&img, nodes.get(id));
-            match crate::format::node::decode(&block, id).map(|n| n.body) {
-                Ok(crate::format::node::NodeBody::Leaf { entries }) => {
-                    let n = entries.iter().filter(|e| ours(e)).count();
-                    n > 0 && n < 150
-                }
-                _ => false,
-            }
-        })
-        .expect("a leaf with some of the attributes");
+    let victim = find_leaf(&img, nodes, |entries| {
+        let n = entries.iter().filter(|e| ours(e)).count();
+        n > 0 && n < 150
+    })
+    .expect("a leaf with some of the attributes");
     zero_block(&img, nodes.get(victim));
     let r = img.check(Mode::Tree);
     assert_error(&r, TREE, "damaged");
