@@ -458,8 +458,10 @@ fn inodes_used(st: &libc::statvfs) -> u64 {
 /// files, directories and symlinks to ENOSPC while the data device is nearly empty, then half
 /// deleted and created again at once. df and df -i tell the truth at every step: the inodes
 /// in use exactly, the free ones what creates then find, and no data blocks available while
-/// the log is full; and no create fails right after the deletes (the writer cleans in its
-/// own write path, it does not wait for the background cleaner).
+/// the log is full; and no create fails right after the deletes (a writer that finds no room
+/// cleans in its own write path rather than wait for the background cleaner; which of the two
+/// cleans first is a race, so the test asks only that cleaning made the room —
+/// `fs::clean::cleaning` shows the write path's passes deterministically).
 #[test]
 fn df_tells_the_truth_on_a_full_metadata_device_and_creates_work_right_after_deletes() {
     dualfs_only!();
@@ -518,7 +520,9 @@ fn df_tells_the_truth_on_a_full_metadata_device_and_creates_work_right_after_del
         "df -i promised {} inodes at the start, {made} fit",
         st0.f_ffree
     );
-    let passes0 = status(&fs).counters.write_path_passes;
+    // Which cleaning makes the room is a race: the mount's background thread may clean
+    // between the deletes and the creates, or a create in its write path (CI saw both).
+    let passes0 = status(&fs).counters.passes;
     // Delete every other one, and look at once (nothing flushed yet).
     let mut gone = 0u64;
     for i in (0..made).step_by(2) {
@@ -550,7 +554,7 @@ fn df_tells_the_truth_on_a_full_metadata_device_and_creates_work_right_after_del
     );
     let s = status(&fs);
     assert!(
-        s.counters.write_path_passes > passes0,
+        s.counters.passes > passes0,
         "the creates found room without cleaning? {s:?}"
     );
     fs.remount();
