@@ -49,6 +49,10 @@ impl Fs {
             }
             self.truncate_locked(&e, size)?;
         }
+        // A truncate by a caller without CAP_FSETID takes the set-ID bits away (privileges.rs;
+        // decided here, under the op lock, so that /proc is not read under the state lock).
+        let truncate_drops_ids =
+            set.size.is_some() && super::privileges::drops_set_ids(caller, e.state.read().d.mode);
         // chmod of a file with an access ACL changes the ACL too (read before the gate).
         let acl = match set.mode {
             Some(m) => self.acl_for_chmod(&e, m)?,
@@ -69,12 +73,8 @@ impl Fs {
         if let Some(g) = set.gid {
             st.d.gid = g;
         }
-        // A change of owner takes the set-ID bits away; so does a truncate by a caller
-        // without CAP_FSETID (privileges.rs).
-        if set.uid.is_some()
-            || set.gid.is_some()
-            || (set.size.is_some() && super::privileges::drops_set_ids(caller))
-        {
+        // A change of owner takes the set-ID bits away; so does such a truncate.
+        if set.uid.is_some() || set.gid.is_some() || truncate_drops_ids {
             st.d.mode = super::privileges::without_set_ids(st.d.mode);
         }
         match set.atime {

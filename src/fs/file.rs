@@ -85,7 +85,7 @@ impl Fs {
             let _op = e.op.lock_arc();
             self.check_entry(&e, Change::Modify)?;
             self.truncate_locked(&e, 0)?;
-            if super::privileges::drops_set_ids(caller) {
+            if super::privileges::drops_set_ids(caller, e.state.read().d.mode) {
                 self.drop_set_ids_locked(&e);
             }
         }

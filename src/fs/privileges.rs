@@ -34,9 +34,11 @@ pub(crate) fn without_set_ids(mode: u32) -> u32 {
     m
 }
 
-/// A write or truncate by `caller` takes the set-ID bits away.
-pub(crate) fn drops_set_ids(caller: &Caller) -> bool {
-    !capable(caller, CAP_FSETID)
+/// A write or truncate by `caller` takes set-ID bits away from a file of `mode`: it has some
+/// to take, and the caller lacks CAP_FSETID (asked of /proc only then, and before any lock
+/// that reads need is taken).
+pub(crate) fn drops_set_ids(caller: &Caller, mode: u32) -> bool {
+    without_set_ids(mode) != mode && !capable(caller, CAP_FSETID)
 }
 
 impl Fs {
