@@ -273,7 +273,19 @@ impl Fs {
         let Some(e) = self.inode_for_clean(ino)? else {
             return Ok(0);
         };
-        let target = self.readlink(ino)?;
+        // The link may be unlinked between the check above and this read (readlink then
+        // answers ENOENT): a target that is no longer live has nothing to move, and is no
+        // error of the pass.
+        let target = match self.readlink(ino) {
+            Ok(target) => target,
+            Err(err) => {
+                let st = e.state.read();
+                if st.deleted || st.d.direct[index as usize] != a {
+                    return Ok(0);
+                }
+                return Err(err);
+            }
+        };
         let _g = self.gate.read();
         let mut st = e.state.write();
         if st.deleted || st.target_dirty || st.d.direct[index as usize] != a {
