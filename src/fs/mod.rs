@@ -269,9 +269,10 @@ impl Fs {
         Ok(())
     }
 
-    /// A log write failed: nothing more may be written.
+    /// A log write failed, or the file system was shut down: nothing more may be written.
+    /// The first reason stays: it is the cause, what fails after it follows from it.
     fn set_failed(&self, why: String) {
-        *self.failed.lock() = Some(why);
+        self.failed.lock().get_or_insert(why);
         self.has_failed.store(true, Ordering::Release);
     }
 

@@ -328,15 +328,9 @@ impl Fs {
     /// the log as after a crash: what was durable before (fsync'd, or logged by a completed
     /// flush) is there.
     pub fn shutdown(&self) {
-        {
-            let mut failed = self.failed.lock();
-            if failed.is_none() {
-                *failed = Some("the file system was shut down (FS_IOC_SHUTDOWN)".into());
-            }
-        }
         // What every operation checks first (`alive`): from now on each answers EIO, also
         // those that would not touch a device (a create the write-back cache keeps in memory).
-        self.has_failed.store(true, Ordering::Release);
+        self.set_failed("the file system was shut down (FS_IOC_SHUTDOWN)".into());
         for f in &self.fences {
             f.cut();
         }
