@@ -31,6 +31,12 @@ fn contents(fs: &Fs, ino: u64) -> Vec<u8> {
     got
 }
 
+/// `got` is `want` (said by length and first differing byte: the files are megabytes).
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    let differ = got.iter().zip(want).position(|(x, y)| x != y);
+    assert_eq!((got.len(), differ), (want.len(), None), "{what}");
+}
+
 fn chmod(fs: &Fs, ino: u64, mode: u32) {
     let set = SetAttr {
         mode: Some(mode),
