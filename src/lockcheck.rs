@@ -23,6 +23,9 @@ thread_local! {
     /// Shared holds of the gate by this thread; how often it took the gate, and how many
     /// device accesses it made while holding it shared (for tests: `gate_counts`).
     static GATE: Cell<(u32, u64, u64)> = const { Cell::new((0, 0, 0)) };
+    /// Exclusive holds of the gate by this thread; how many inodes it encoded, and how many
+    /// of those under an exclusive hold (for tests: `inode_encode_counts`).
+    static EXCLUSIVE: Cell<(u32, u64, u64)> = const { Cell::new((0, 0, 0)) };
 }
 
 /// Counts one lock held by this thread for as long as it lives (dropped after the lock's
@@ -226,9 +229,48 @@ impl Gate {
         SharedGate { _inner: g }
     }
 
-    pub fn write(&self) -> Guard<parking_lot::RwLockWriteGuard<'_, ()>> {
-        guard("gate (exclusive)", self.inner.write())
+    pub fn write(&self) -> ExclusiveGate<'_> {
+        let g = guard("gate (exclusive)", self.inner.write());
+        EXCLUSIVE.with(|c| {
+            let (held, n, under) = c.get();
+            c.set((held + 1, n, under));
+        });
+        ExclusiveGate { _inner: g }
     }
+}
+
+/// An exclusive hold of the gate (a no-I/O lock; the thread counts it for
+/// `inode_encode_counts`).
+pub struct ExclusiveGate<'a> {
+    _inner: Guard<parking_lot::RwLockWriteGuard<'a, ()>>,
+}
+
+impl Drop for ExclusiveGate<'_> {
+    fn drop(&mut self) {
+        EXCLUSIVE.with(|c| {
+            let (held, n, under) = c.get();
+            c.set((held.saturating_sub(1), n, under));
+        });
+    }
+}
+
+/// One inode encoded by the calling thread (`DiskInode::encode_into`): counted, and counted
+/// apart when the thread holds the gate exclusively, which the log writer's snapshot must
+/// not spend on encoding (docs/DESIGN.md, "Transactions").
+pub fn count_inode_encode() {
+    EXCLUSIVE.with(|c| {
+        let (held, n, under) = c.get();
+        c.set((held, n + 1, under + u64::from(held > 0)));
+    });
+}
+
+/// For tests: how many inodes the calling thread has encoded since it started, and how many
+/// of them while it held the gate exclusively.
+pub fn inode_encode_counts() -> (u64, u64) {
+    EXCLUSIVE.with(|c| {
+        let (_, n, under) = c.get();
+        (n, under)
+    })
 }
 
 /// For tests: how often the calling thread has taken the gate shared, and how many device
@@ -283,9 +325,14 @@ mod tests {
         }
         dev.flush().unwrap(); // not under the gate
         assert_eq!(gate_counts(), (taken + 1, io + 1));
+        let (encoded, under) = inode_encode_counts();
+        count_inode_encode();
         let w = gate.write();
         assert_eq!(held(), (1, "gate (exclusive)"));
+        count_inode_encode();
         drop(w);
+        count_inode_encode();
+        assert_eq!(inode_encode_counts(), (encoded + 3, under + 1));
     }
 
     #[test]

@@ -76,6 +76,7 @@ impl DiskInode {
     pub fn encode_into(&self, b: &mut [u8]) {
         assert_eq!(b.len(), INODE_SIZE);
         assert!(self.ino != 0, "encoding inode number 0");
+        crate::lockcheck::count_inode_encode();
         b.fill(0);
         put_u64(b, 0, self.ino);
         put_u32(b, 8, self.generation);

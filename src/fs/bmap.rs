@@ -6,8 +6,34 @@
 //! without locks (`Fs::load_ptr`) and tries again.
 
 use super::inode::{InodeState, PtrBlock};
-use crate::format::bmap::{self, BlockPath, DataPtr, Step};
+use crate::format::bmap::{self, BlockPath, DataPtr, Parent, Step};
+use std::collections::HashMap;
 use std::sync::Arc;
+
+/// Mark the cached indirect block (`level`, `index`) dirty, and every block above it: a
+/// rewritten block moves, so each block on its way up must be rewritten to point at it. Done
+/// here, where blocks change, so that every dirty block's parent is dirty and the log writer
+/// does not walk up under the gate (docs/DESIGN.md, "Transactions"; it asserts the rule).
+pub fn mark_block_dirty(
+    ptrs: &mut HashMap<(u8, u64), PtrBlock>,
+    mut level: u8,
+    mut index: u64,
+    p: u64,
+) {
+    loop {
+        ptrs.get_mut(&(level, index))
+            .expect("a changed indirect block and its parents are cached")
+            .dirty = true;
+        match bmap::parent(level, index, p) {
+            Parent::Block {
+                level: pl,
+                index: pi,
+                ..
+            } => (level, index) = (pl, pi),
+            Parent::Inode { .. } => return,
+        }
+    }
+}
 
 /// An indirect block that must be read first: its key and log address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,8 +107,8 @@ pub fn set(st: &mut InodeState, n: u64, data_addr: u64, p: u64) -> Result<u64, N
                 }
             }
             let last: Step = *steps.last().unwrap();
+            mark_block_dirty(&mut st.ptrs, last.level, last.index, p);
             let b = st.ptrs.get_mut(&(last.level, last.index)).unwrap();
-            b.dirty = true;
             Ok(std::mem::replace(
                 &mut Arc::make_mut(&mut b.ptrs)[last.slot],
                 data_addr,
@@ -362,7 +388,7 @@ fn free_subtree(
         for slot in changed {
             v[slot] = 0;
         }
-        b.dirty = true;
+        mark_block_dirty(&mut st.ptrs, level, index, p);
     }
     false
 }

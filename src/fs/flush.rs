@@ -4,7 +4,7 @@
 use super::inode::InodeEntry;
 use super::{FlushState, Fs};
 use crate::format::bmap::{self, Parent};
-use crate::format::inode::{encode_inode_block, inodes_per_block};
+use crate::format::inode::{encode_inode_block, inodes_per_block, DiskInode};
 use crate::format::meta::{encode_pointer_block, encode_symlink_block, symlink_bytes_per_block};
 use crate::format::summary::{Descriptor, Record};
 use crate::format::{BlockKind, INODE_SIZE};
@@ -29,10 +29,8 @@ enum Pending {
     },
     /// A tree node or value block, encoded from the tree's snapshot after the gate.
     Node { id: u64 },
-    Inodes {
-        slots: Vec<[u8; INODE_SIZE]>,
-        locs: Vec<InodeLoc>,
-    },
+    /// Copies of the inodes as the snapshot took them, encoded after the gate.
+    Inodes { inodes: Vec<DiskInode> },
 }
 
 /// Merge log addresses into runs.
@@ -126,39 +124,32 @@ impl Fs {
             self.durable_seq.store(seq, Ordering::Release);
             return Ok(());
         }
-        let (mut n_ptr, mut n_sym, mut n_inodes) = (0usize, 0usize, 0usize);
+        // Which blocks each live inode contributes. Every dirty indirect block's parents are
+        // dirty already (`bmap::mark_block_dirty`), so this only collects and counts.
+        let (mut n_ptr, mut n_sym) = (0usize, 0usize);
+        let mut contributions: Vec<(Arc<InodeEntry>, Vec<(u8, u64)>)> =
+            Vec::with_capacity(entries.len());
+        let mut tombstones = Vec::new();
         for e in &entries {
-            let mut st = e.state.write();
+            let st = e.state.read();
             if st.deleted {
+                tombstones.push(e.ino);
                 continue;
             }
-            // A rewritten indirect block moves, so everything above it must be rewritten too.
-            let dirty: Vec<(u8, u64)> = st
+            let mut keys: Vec<(u8, u64)> = st
                 .ptrs
                 .iter()
                 .filter(|(_, b)| b.dirty)
                 .map(|(k, _)| *k)
                 .collect();
-            for (mut level, mut index) in dirty {
-                while let Parent::Block {
-                    level: pl,
-                    index: pi,
-                    ..
-                } = bmap::parent(level, index, p)
-                {
-                    st.ptrs
-                        .get_mut(&(pl, pi))
-                        .expect("parent of a cached indirect block is cached")
-                        .dirty = true;
-                    (level, index) = (pl, pi);
-                }
-            }
-            n_ptr += st.ptrs.values().filter(|b| b.dirty).count();
+            keys.sort_unstable(); // children (lower levels) before parents
+            n_ptr += keys.len();
             if let (true, Some(t)) = (st.target_dirty, &st.long_target) {
                 n_sym += t.len().div_ceil(symlink_bytes_per_block(bs));
             }
-            n_inodes += 1;
+            contributions.push((e.clone(), keys));
         }
+        let n_inodes = contributions.len();
         let per_block = inodes_per_block(bs);
         let nblocks = n_ptr + n_sym + n_nodes + n_inodes.div_ceil(per_block);
         let max_records = n_records + n_ptr + n_sym + self.tree.freed_count();
@@ -188,21 +179,10 @@ impl Fs {
         let mut addrs = plan.addrs.iter().copied();
         let mut pending = Vec::with_capacity(nblocks);
         let mut dead = Vec::new();
-        let mut tombstones = Vec::new();
-        let mut live = Vec::with_capacity(n_inodes);
-        for e in &entries {
+        // Each live inode as it is in this snapshot, encoded after the gate.
+        let mut copies = Vec::with_capacity(n_inodes);
+        for (e, keys) in contributions {
             let mut st = e.state.write();
-            if st.deleted {
-                tombstones.push(e.ino);
-                continue;
-            }
-            let mut keys: Vec<(u8, u64)> = st
-                .ptrs
-                .iter()
-                .filter(|(_, b)| b.dirty)
-                .map(|(k, _)| *k)
-                .collect();
-            keys.sort_unstable(); // children (lower levels) before parents
             for (level, index) in keys {
                 let a = addrs.next().expect("plan covers every block");
                 let b = st.ptrs.get_mut(&(level, index)).unwrap();
@@ -225,7 +205,7 @@ impl Fs {
                     Parent::Inode { tree } => st.d.indirect[tree] = a,
                     Parent::Block { level, index, slot } => {
                         let pb = st.ptrs.get_mut(&(level, index)).unwrap();
-                        debug_assert!(pb.dirty, "parent of a rewritten block not queued");
+                        assert!(pb.dirty, "parent of a rewritten block not dirty");
                         Arc::make_mut(&mut pb.ptrs)[slot] = a;
                     }
                 }
@@ -246,7 +226,10 @@ impl Fs {
                     });
                 }
             }
-            live.push(e.clone());
+            // Clean from here: a change after this (an access time, without the gate) marks
+            // it dirty again, for the next snapshot (`forget_dirty` ran before).
+            st.dirty = false;
+            copies.push(st.d.clone());
         }
         // The nodes by pointer only: they are encoded after the gate is released.
         let taken = self.tree.take_snapshots();
@@ -256,22 +239,12 @@ impl Fs {
             addrs.next().expect("plan covers every block");
             pending.push(Pending::Node { id });
         }
-        for chunk in live.chunks(per_block) {
-            let mut slots = Vec::with_capacity(chunk.len());
-            let mut locs = Vec::with_capacity(chunk.len());
-            for (i, e) in chunk.iter().enumerate() {
-                let mut st = e.state.write();
-                st.dirty = false;
-                slots.push(st.d.encode());
-                locs.push(InodeLoc {
-                    ino: e.ino,
-                    generation: st.d.generation,
-                    slot: i as u16 + 1,
-                    orphan: st.d.nlink == 0,
-                });
-            }
+        let mut copies = copies.into_iter();
+        for _ in 0..n_inodes.div_ceil(per_block) {
             addrs.next().expect("plan covers every block");
-            pending.push(Pending::Inodes { slots, locs });
+            pending.push(Pending::Inodes {
+                inodes: copies.by_ref().take(per_block).collect(),
+            });
         }
         assert!(
             addrs.next().is_none(),
@@ -287,6 +260,10 @@ impl Fs {
         assert!(records.len() <= max_records, "more records than planned");
         let freed_inos = self.ino_alloc.lock().take_held();
         drop(gate);
+        #[cfg(test)]
+        if let Some(hook) = self.after_snapshot.lock().take() {
+            hook(self);
+        }
 
         // ---- Phase 2: encode and write, data first.
         let mut nodes = taken.encode().nodes.into_iter();
@@ -324,16 +301,29 @@ impl Fs {
                         Vec::new(),
                     )
                 }
-                Pending::Inodes { slots, locs } => (
-                    Descriptor {
-                        kind: BlockKind::Inodes,
-                        level: 0,
-                        owner: 0,
-                        index: 0,
-                    },
-                    encode_inode_block(bs, &slots),
-                    locs,
-                ),
+                Pending::Inodes { inodes } => {
+                    let slots: Vec<[u8; INODE_SIZE]> = inodes.iter().map(|d| d.encode()).collect();
+                    let locs = inodes
+                        .iter()
+                        .enumerate()
+                        .map(|(i, d)| InodeLoc {
+                            ino: d.ino,
+                            generation: d.generation,
+                            slot: i as u16 + 1,
+                            orphan: d.nlink == 0,
+                        })
+                        .collect();
+                    (
+                        Descriptor {
+                            kind: BlockKind::Inodes,
+                            level: 0,
+                            owner: 0,
+                            index: 0,
+                        },
+                        encode_inode_block(bs, &slots),
+                        locs,
+                    )
+                }
             };
             placed.push(PlacedBlock { addr, desc, inodes });
             blocks.push(TxnBlock { desc, bytes });

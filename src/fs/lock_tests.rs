@@ -141,3 +141,39 @@ fn access_times_racing_the_log_writer_are_kept() {
     }
     fs.unmount().unwrap();
 }
+
+/// The log writer's exclusive hold of the gate encodes no inode: it copies what each dirty
+/// inode contributes, and the 256-byte inodes are encoded after the gate is released (counted
+/// per thread by `lockcheck::inode_encode_counts`; the commit writes on this thread).
+#[test]
+fn the_exclusive_gate_encodes_no_inode() {
+    let (meta, data) = devices(32, 32);
+    let opts = MountOptions {
+        flush_interval: Duration::from_secs(3600),
+        checkpoint_interval: Duration::from_secs(3600),
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount(meta.clone(), data.clone(), opts).unwrap();
+    for i in 0..40u32 {
+        let (a, fh) = fs
+            .create(&U, ROOT, format!("f{i}").as_bytes(), 0o644, libc::O_RDWR)
+            .unwrap();
+        fs.write(a.ino, fh, 0, &[i as u8; 3000]).unwrap();
+        fs.release(a.ino, fh).unwrap();
+    }
+    let (encoded, under_gate) = crate::lockcheck::inode_encode_counts();
+    fs.commit().unwrap();
+    let (encoded_now, under_gate_now) = crate::lockcheck::inode_encode_counts();
+    // The 40 files and the root at least, encoded by this thread's log write...
+    assert!(
+        encoded_now - encoded >= 41,
+        "{} inodes",
+        encoded_now - encoded
+    );
+    // ... none of them under the gate.
+    assert_eq!(
+        under_gate_now, under_gate,
+        "inodes encoded under the exclusive gate"
+    );
+    fs.unmount().unwrap();
+}

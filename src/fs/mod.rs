@@ -194,6 +194,10 @@ pub struct Fs {
     recovery: Recovery,
     stop: (Mutex<bool>, Condvar),
     background: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Tests: run once by the next log write right after it released the gate, before it
+    /// encodes and writes its snapshot (other operations then change the live state).
+    #[cfg(test)]
+    after_snapshot: Mutex<Option<Box<dyn FnOnce(&Fs) + Send>>>,
 }
 
 /// Reads tree nodes through the node map.
@@ -373,5 +377,7 @@ mod flags_tests;
 mod lock_tests;
 #[cfg(test)]
 mod node_id_tests;
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod tests;

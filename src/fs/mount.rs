@@ -177,6 +177,8 @@ impl Fs {
             recovery,
             stop: (Mutex::new(false), Condvar::new()),
             background: Mutex::new(None),
+            #[cfg(test)]
+            after_snapshot: Mutex::new(None),
             sb,
             meta,
             data,

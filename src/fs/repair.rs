@@ -137,7 +137,7 @@ impl Fs {
                     return Ok(());
                 };
                 Arc::make_mut(&mut b.ptrs)[slot] = 0;
-                b.dirty = true;
+                super::bmap::mark_block_dirty(&mut st.ptrs, level, index, p);
                 (level > 1).then(|| (level - 1, bmap::child_index(level, index, slot, p)))
             }
         };

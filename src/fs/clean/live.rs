@@ -256,9 +256,9 @@ impl Fs {
         if st.deleted {
             return Ok(0);
         }
-        match st.ptrs.get_mut(&(level, index)) {
+        match st.ptrs.get(&(level, index)) {
             Some(b) if b.addr == a => {
-                b.dirty = true;
+                crate::fs::bmap::mark_block_dirty(&mut st.ptrs, level, index, self.ppb);
                 self.mark_dirty(&e, &mut st);
                 Ok(1)
             }
