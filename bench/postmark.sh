@@ -9,11 +9,14 @@
 #   bench/postmark.sh --fs "dualfs ext4 memfs"      # a subset
 #   bench/postmark.sh --perf dualfs        # also perf record -g the DualFS daemon during its run
 #   bench/postmark.sh --fuse-ops           # count the FUSE requests of each FUSE file system, by kind
+#   bench/postmark.sh --threads 2,4,8      # each DualFS with 2, 4 and 8 FUSE threads (dualfs-t2, ...)
 #   bench/postmark.sh --out DIR            # also DIR/postmark.csv (every figure) and DIR/postmark.png
 #
 # Options: --files F, --transactions T, --subdirs S, --size MIN-MAX (bytes, default 500-10000),
 # --repeat N, --fs "LIST" (default: dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs), --perf "LIST",
-# --fuse-ops, --image-size SIZE (each file system's image, default 4G), --out DIR.
+# --fuse-ops, --image-size SIZE (each file system's image, default 4G), --threads LIST (each
+# DualFS of --fs once per count of FUSE threads, the mount's --threads N: dualfs-tN,
+# dualfs-wb-tN; default the daemon's own count), --out DIR.
 #
 # Defaults are those of the DualFS paper: 20,000 files of 500 B-10 KB in 100 subdirectories,
 # 50,000 transactions; PostMark's other settings stay at its defaults (512-byte reads and
@@ -35,7 +38,7 @@ export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
 REPEAT=1 FILES=20000 TRANSACTIONS=50000 SUBDIRS=100 MIN_SIZE=500 MAX_SIZE=10000
-FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=4G FUSE_OPS="" OUT=""
+FS_LIST=$BENCH_ALL_FS PERF_FS="" SIZE=4G FUSE_OPS="" OUT="" THREADS=""
 usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
         --subdirs) SUBDIRS=$2; shift 2 ;;
         --size) MIN_SIZE=${2%-*}; MAX_SIZE=${2#*-}; shift 2 ;;
         --fs) FS_LIST=$2; shift 2 ;;
+        --threads) THREADS=$2; shift 2 ;;
         --perf) PERF_FS=$2; shift 2 ;;
         --fuse-ops) FUSE_OPS=1; shift ;;
         --image-size) SIZE=$2; shift 2 ;;
@@ -55,6 +59,7 @@ while [ $# -gt 0 ]; do
 done
 # shellcheck disable=SC2086
 bench_check_fs_list $FS_LIST
+FS_LIST=$(bench_fs_threads_list "$FS_LIST" "$THREADS")
 
 bench_init
 bench_install postmark fuse2fs e2fsprogs coreutils
