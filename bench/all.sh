@@ -110,7 +110,7 @@ fi
 headline() {
     case "$1" in
         postmark | postmark-*procs) echo '$3 == "total" && ($4 == "seconds" || $4 == "time_over_memfs")' ;;
-        kernel-compile) echo '$4 == "seconds" && ($3 == "total" || $3 == "unpack" || $3 == "find" || $3 == "grep" || $3 == "build" || $3 == "rm")' ;;
+        kernel-compile) echo '($4 == "seconds" && ($3 == "total" || $3 == "unpack" || $3 == "find" || $3 == "grep" || $3 == "build" || $3 == "rm")) || $4 ~ /^peak_rss/ || $4 == "cache_budget_bytes"' ;;
         metarate) echo '$4 == "ops_per_sec"' ;;
         latency) echo '($4 == "p99_us" || $4 == "max_us") && $3 ~ /loaded$/' ;;
         bigdir) echo '($4 == "ops_per_sec" && $3 != "stat warm") || ($3 == "list" && $4 == "seconds")' ;;
