@@ -198,11 +198,13 @@ fi
 echo "x $(bench_fs_label "$REF") = $(bench_fs_label "$REF")'s time / this one's (or rate / its rate): above 1 = faster than $(bench_fs_label "$REF")"
 [ -n "$CEIL" ] && echo "t/memfs = this one's time / memfs's (the FUSE ceiling's): above 1 = slower than the ceiling"
 echo
-echo "As PostMark reports them (whole seconds$([ "$PROCS" -gt 1 ] && echo "; total: the longest process's, rates: summed over the $PROCS"):"
-printf '%-17s %8s %8s %10s %10s %10s\n' "file system" "total s" "tx/s" "read MB/s" "write MB/s" "x $REF"
+echo "As PostMark reports them (whole seconds$([ "$PROCS" -gt 1 ] && echo "; total: the longest process's, rates: summed over the $PROCS")):"
+# The ratio columns are as wide as their headings (a DualFS with its thread count is a long name).
+RW=$((${#REF} + 2 > 10 ? ${#REF} + 2 : 10)) RW2=$((${#REF} + 5 > 10 ? ${#REF} + 5 : 10))
+printf '%-17s %8s %8s %10s %10s %*s\n' "file system" "total s" "tx/s" "read MB/s" "write MB/s" "$RW" "x $REF"
 for fs in $FS_LIST; do
-    printf '%-17s %8s %8s %10s %10s %10s\n' "$(bench_fs_label "$fs")" "${M[$fs|pmtotal]%.*}" "${M[$fs|pmtps]%.*}" \
-        "${M[$fs|rd]}" "${M[$fs|wr]}" "$(bench_ratio "${M[$fs|pmtps]}" "${M[$REF|pmtps]}")"
+    printf '%-17s %8s %8s %10s %10s %*s\n' "$(bench_fs_label "$fs")" "${M[$fs|pmtotal]%.*}" "${M[$fs|pmtps]%.*}" \
+        "${M[$fs|rd]}" "${M[$fs|wr]}" "$RW" "$(bench_ratio "${M[$fs|pmtps]}" "${M[$REF|pmtps]}")"
 done
 echo
 if [ "$PROCS" -gt 1 ]; then
@@ -212,16 +214,17 @@ if [ "$PROCS" -gt 1 ]; then
 else
     echo "Wall clock, seconds (PostMark's phases from its progress lines; umount = until all is on the images):"
 fi
-printf '%-17s %8s %8s %8s %8s %9s %8s %10s %10s' "file system" "total" "create" "trans." "delete" "tx/s" "umount" "x $REF" "x $REF+um"
+printf '%-17s %8s %8s %8s %8s %9s %8s %*s %*s' "file system" "total" "create" "trans." "delete" "tx/s" "umount" \
+    "$RW" "x $REF" "$RW2" "x $REF+um"
 [ -n "$CEIL" ] && printf ' %8s' "t/memfs"
 [ "$PROCS" -gt 1 ] && printf '   %s' "each process"
 echo
 for fs in $FS_LIST; do
     tot_um=$(awk -v a="${M[$fs|wall]}" -v b="${M[$fs|umount]}" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) print a + b; else print "n/a" }')
     ref_um=$(awk -v a="${M[$REF|wall]}" -v b="${M[$REF|umount]}" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) print a + b; else print "n/a" }')
-    printf '%-17s %8s %8s %8s %8s %9s %8s %10s %10s' "$(bench_fs_label "$fs")" "${M[$fs|wall]}" "${M[$fs|create]}" \
+    printf '%-17s %8s %8s %8s %8s %9s %8s %*s %*s' "$(bench_fs_label "$fs")" "${M[$fs|wall]}" "${M[$fs|create]}" \
         "${M[$fs|tx]}" "${M[$fs|delete]}" "${M[$fs|txps]%.*}" "${M[$fs|umount]}" \
-        "$(bench_ratio "${M[$REF|wall]}" "${M[$fs|wall]}")" "$(bench_ratio "$ref_um" "$tot_um")"
+        "$RW" "$(bench_ratio "${M[$REF|wall]}" "${M[$fs|wall]}")" "$RW2" "$(bench_ratio "$ref_um" "$tot_um")"
     [ -n "$CEIL" ] && printf ' %8s' "$(bench_ratio "${M[$fs|wall]}" "${M[$CEIL|wall]}")"
     if [ "$PROCS" -gt 1 ]; then
         printf '  '
