@@ -31,6 +31,16 @@
 # DualFS: DualFS's time / this one's (above 1 = faster than DualFS); the chart (--out) shows
 # every phase's time over ext2's.
 #
+# Memory: for each FUSE file system (DualFS, DualFS wbcache, fuse2fs, memfs) the peak resident
+# memory of its daemon during the unpack: VmHWM of /proc/PID/status right after tar, reset to
+# the resident size just before it with `echo 5 > /proc/PID/clear_refs` (where the kernel does
+# not allow that, the peak since the mount, marked so), and VmRSS then. Beside DualFS's: its
+# cache budget from the mount options (cache_size=SIZE, in DUALFS_OPTS or the default that
+# `dualfs mount --help` states): tree nodes up to cache_size/2, inodes with their indirect
+# blocks up to cache_size/2 (trimmed at each flush), inode blocks read from the log up to
+# cache_size/8, so 1.125 x cache_size in all. The file system's tables (IFile, segment usage,
+# bitmaps), each FUSE thread's request buffer and the program itself are outside that budget.
+#
 # Needs root and /dev/fuse; installs linux-source, the kernel's build dependencies and fuse2fs
 # with apt-get if they are missing.
 set -euo pipefail
@@ -81,6 +91,7 @@ declare -A CPU=()    # "fs|phase|user/sys/daemon|round" -> CPU seconds
 declare -A OPS=()    # "fs|phase|round" -> FUSE requests (--fuse-ops)
 declare -A FLAG=()   # "fs|phase" -> a mark printed after the figure
 declare -A NOTE=()   # fs -> notes (reasons for n/a, partial trees)
+declare -A MEM=()    # "fs|peak/after|round" -> the daemon's resident bytes; "fs|from" -> since when
 PHASES="unpack find grep config build clean rm umount"
 GREP_WORD=include   # in nearly every file, so grep -c reads every file to its end
 
@@ -142,11 +153,25 @@ run_one() {
     bench_log "$(bench_fs_label "$fs"): mkfs + mount (round $round)"
     fs_mount "$fs" "$MNT" "$SIZE"
     sync
+    local dpid=""
+    if bench_is_fuse "$fs"; then
+        dpid=$(fs_daemon_pid "$fs" "$MNT" || true)
+        [ -n "$dpid" ] || bench_log "$(bench_fs_label "$fs"): no daemon found, no memory figures"
+        # Reset the peak to what is resident now, so VmHWM after tar is the unpack's peak.
+        if [ -n "$dpid" ] && echo 5 2>/dev/null >"/proc/$dpid/clear_refs"; then MEM[$fs|from]=unpack; else MEM[$fs|from]="since mount"; fi
+    fi
     if ! phase "$fs" "$round" unpack "$logs/unpack.log" tar -xf "$TAR" -C "$MNT"; then
         local n_err
         n_err=$(grep -c "Cannot\|Error" "$logs/unpack.log" || true)
         note "$fs" "tar reported $n_err errors; the phases after it ran on the partial tree (*)"
         partial="*"
+    fi
+    if [ -n "$dpid" ]; then
+        local peak after
+        read -r peak after < <(awk '/^VmHWM:/ { h = $2 * 1024 } /^VmRSS:/ { r = $2 * 1024 }
+            END { printf "%s %s\n", (h == "" ? "n/a" : h), (r == "" ? "n/a" : r) }' "/proc/$dpid/status" 2>/dev/null || echo "n/a n/a")
+        MEM[$fs|peak|$round]=$peak MEM[$fs|after|$round]=$after
+        bench_log "$(bench_fs_label "$fs"): daemon $dpid peak RSS ($([ "${MEM[$fs|from]}" = unpack ] && echo "during unpack" || echo "since mount")) ${MEM[$fs|peak|$round]} bytes, ${MEM[$fs|after|$round]} after"
     fi
     if [ -d "$src" ]; then
         # Warm scans: the first run brings everything into the caches, the second is timed.
@@ -245,6 +270,48 @@ for fs in $FS_LIST; do
     done
     printf '%-17s%s\n' "$(bench_fs_label "$fs")" "$line"
 done
+
+# DualFS's cache budget (see the header): what cache_size lets its caches hold, in bytes.
+dualfs_cache_size() {
+    local v
+    v=$(tr ',' '\n' <<<"${DUALFS_OPTS:-}" | sed -n 's/^cache_size=//p' | tail -n 1)
+    [ -n "$v" ] || v=$("$DUALFS_BIN" mount --help 2>/dev/null |
+        sed -n 's/.*cache_size=SIZE.*(default \([0-9.]*[KMGT]\{0,1\}\)).*/\1/p' | head -n 1)
+    [ -n "$v" ] && numfmt --from=iec "$v"
+}
+mib() { awk -v b="$1" 'BEGIN { if (b ~ /^[0-9.]+$/) printf "%.1f", b / 1048576; else print "n/a" }'; }
+MEM_FS=""
+for fs in $FS_LIST; do bench_is_fuse "$fs" && MEM_FS="$MEM_FS $fs"; done
+if [ -n "$MEM_FS" ]; then
+    CACHE=$(dualfs_cache_size || true)
+    BUDGET=$(awk -v c="$CACHE" 'BEGIN { if (c ~ /^[0-9]+$/) printf "%.0f", c / 2 + c / 2 + c / 8; else print "n/a" }')
+    echo
+    echo "Resident memory of the FUSE daemon, MiB (median): peak during unpack (VmHWM after tar, reset"
+    echo "with clear_refs just before it; \"since mount\" where the kernel refused the reset), and resident"
+    echo "after unpack; for DualFS beside its cache budget and the peak's share of it."
+    printf '%-17s %9s %11s %12s %13s %9s\n' "file system" "peak RSS" "RSS after" "peak since" "cache budget" "/ budget"
+    for fs in $MEM_FS; do
+        v=() a=()
+        for r in $(seq 1 "$REPEAT"); do v+=("${MEM[$fs|peak|$r]:-n/a}"); a+=("${MEM[$fs|after|$r]:-n/a}"); done
+        peak=$(bench_median "${v[@]}") after=$(bench_median "${a[@]}")
+        budget="-" share="-"
+        if bench_is_dualfs "$fs"; then budget=$(mib "$BUDGET") share=$(bench_ratio "$peak" "$BUDGET"); fi
+        printf '%-17s %9s %11s %12s %13s %9s\n' "$(bench_fs_label "$fs")" "$(mib "$peak")" "$(mib "$after")" \
+            "${MEM[$fs|from]:-n/a}" "$budget" "$share"
+        metric=peak_rss_bytes
+        [ "${MEM[$fs|from]:-}" = unpack ] || metric=peak_rss_since_mount_bytes
+        bench_row "$fs" unpack "$metric" "${peak%.*}" bytes
+        bench_row "$fs" "after unpack" rss_bytes "${after%.*}" bytes
+        bench_is_dualfs "$fs" && bench_row "$fs" unpack cache_budget_bytes "$BUDGET" bytes
+    done
+    if [ "$CACHE" ]; then
+        echo "DualFS's cache budget: cache_size=$(mib "$CACHE") MiB$(case ",${DUALFS_OPTS:-}," in *,cache_size=*) ;; *) echo " (the default)" ;; esac):" \
+            "tree nodes $(mib $((CACHE / 2))), inodes with their indirect blocks $(mib $((CACHE / 2))), inode blocks $(mib $((CACHE / 8)))"
+        echo "= $(mib "$BUDGET") MiB; outside it: the tables (IFile, segment usage, bitmaps), the FUSE threads' buffers, the program."
+    else
+        echo "DualFS's cache budget: unknown (no cache_size in DUALFS_OPTS, and 'dualfs mount --help' names no default)"
+    fi
+fi
 if [ "$REPEAT" -gt 1 ]; then
     echo
     echo "Every round, seconds (unpack/build/rm):"

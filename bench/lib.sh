@@ -12,6 +12,7 @@
 #   bench_install PKG...             # apt-get install the missing ones (idempotent)
 #   bench_build                      # DualFS (release, workspace), memfs and delayfs
 #   bench_available FS...            # the ones that can be set up here (others: a note why not)
+#   bench_fs_threads_list "FS..." LIST  # each DualFS of FS... once per thread count of LIST
 #   fs_mount FS MNT SIZE             # make a fresh FS of about SIZE bytes (sparse) mounted at MNT
 #   fs_umount FS MNT                 # unmount (waiting for the daemon's last write), free images
 #   fs_daemon_pid FS MNT             # pid of the FUSE daemon serving MNT (for perf)
@@ -23,7 +24,8 @@
 # loop devices), fuse2fs (on an ext4 image file), memfs (in memory, the FUSE ceiling); for the
 # latency benchmark also dualfs-slow (DualFS whose metadata image sits on delayfs: every
 # metadata-device I/O waits BENCH_DELAY_MS) and ext4-slow (kernel ext4 on a loop device over a
-# delayfs file: every I/O waits).
+# delayfs file: every I/O waits). A DualFS name with -tN after it (dualfs-t4, dualfs-wb-t8) is
+# that DualFS mounted with --threads N (bench_fs_threads_list makes them from --threads LIST).
 #
 # Environment:
 #   BENCH_TMPDIR      where the temp folder goes (default $TMPDIR or /var/tmp)
@@ -118,7 +120,7 @@ bench_example() {
 
 # Why FS cannot be set up on this machine (empty: it can), after bench_install and bench_build.
 bench_unavailable() {
-    case "$1" in
+    case "$(bench_fs_base "$1")" in
         memfs | dualfs-slow | ext4-slow)
             [ -n "$BENCH_FUSE_TOOLS_ERR" ] && { echo "$BENCH_FUSE_TOOLS_ERR"; return; }
             [ "$1" = memfs ] && [ ! -x "$MEMFS_BIN" ] && { echo "$MEMFS_BIN was not built"; return; }
@@ -154,7 +156,40 @@ bench_print_skipped() {
     done
 }
 
+# A DualFS with its FUSE thread count in its name: dualfs-t4 is dualfs mounted with --threads 4.
+# bench_fs_base FS: the file system without that suffix; bench_fs_threads FS: N (or nothing).
+bench_fs_base() {
+    case "$1" in
+        dualfs-t[0-9]* | dualfs-wb-t[0-9]* | dualfs-slow-t[0-9]*)
+            [[ "${1##*-t}" =~ ^[1-9][0-9]*$ ]] && { echo "${1%-t*}"; return; } ;;
+    esac
+    echo "$1"
+}
+bench_fs_threads() { [ "$(bench_fs_base "$1")" != "$1" ] && echo "${1##*-t}"; return 0; }
+
+# bench_fs_threads_list "FS..." LIST: FS... with each DualFS in it (dualfs, dualfs-wb,
+# dualfs-slow) replaced by one per thread count of LIST (commas or spaces: "2,4" makes
+# dualfs-t2 dualfs-t4); an empty LIST leaves FS... as it is.
+bench_fs_threads_list() {
+    local f n out=()
+    for f in $1; do
+        if [ -n "$2" ] && bench_is_dualfs "$f" && [ -z "$(bench_fs_threads "$f")" ]; then
+            for n in ${2//,/ }; do
+                [[ "$n" =~ ^[1-9][0-9]*$ ]] || bench_die "--threads: '$n' is not a thread count"
+                out+=("$f-t$n")
+            done
+        else
+            out+=("$f")
+        fi
+    done
+    echo "${out[*]}"
+}
+
 bench_fs_label() {
+    if [ -n "$(bench_fs_threads "$1")" ]; then
+        echo "$(bench_fs_label "$(bench_fs_base "$1")") t$(bench_fs_threads "$1")"
+        return
+    fi
     case "$1" in
         dualfs) echo "DualFS" ;;
         dualfs-wb) echo "DualFS wbcache" ;;
@@ -168,13 +203,13 @@ bench_fs_label() {
     esac
 }
 
-bench_is_fuse() { case "$1" in dualfs | dualfs-wb | dualfs-slow | fuse2fs | memfs) return 0 ;; *) return 1 ;; esac; }
-bench_is_dualfs() { case "$1" in dualfs | dualfs-wb | dualfs-slow) return 0 ;; *) return 1 ;; esac; }
+bench_is_fuse() { case "$(bench_fs_base "$1")" in dualfs | dualfs-wb | dualfs-slow | fuse2fs | memfs) return 0 ;; *) return 1 ;; esac; }
+bench_is_dualfs() { case "$(bench_fs_base "$1")" in dualfs | dualfs-wb | dualfs-slow) return 0 ;; *) return 1 ;; esac; }
 
 bench_check_fs_list() {
     local f
     for f in "$@"; do
-        case " $BENCH_ALL_FS $BENCH_EXTRA_FS " in *" $f "*) ;; *) bench_die "unknown file system '$f' (known: $BENCH_ALL_FS $BENCH_EXTRA_FS)" ;; esac
+        case " $BENCH_ALL_FS $BENCH_EXTRA_FS " in *" $(bench_fs_base "$f") "*) ;; *) bench_die "unknown file system '$f' (known: $BENCH_ALL_FS $BENCH_EXTRA_FS)" ;; esac
     done
 }
 
@@ -225,9 +260,10 @@ _bench_start_fuse() {
 # the ext images and of DualFS's data device (its metadata device gets a quarter, at least 1G,
 # or BENCH_META_SIZE).
 fs_mount() {
-    local fs=$1 mnt=$2 size=${3:-8G} dir="$BENCH_TMP/img-$1" loop opts
+    local fs=$1 mnt=$2 size=${3:-8G} dir="$BENCH_TMP/img-$1" loop opts base threads
+    base=$(bench_fs_base "$fs") threads=$(bench_fs_threads "$fs")
     mkdir -p "$dir" "$mnt"
-    case "$fs" in
+    case "$base" in
         dualfs | dualfs-wb | dualfs-slow)
             local bytes meta meta_dev data_dev
             bytes=$(numfmt --from=iec "$size")
@@ -237,7 +273,7 @@ fs_mount() {
             truncate -s "$meta" "$dir/back/meta.img"
             truncate -s "$bytes" "$dir/data.img"
             meta_dev="$dir/back/meta.img" data_dev="$dir/data.img"
-            if [ "${BENCH_DUALFS_LOOP:-}" = 1 ] && [ "$fs" != dualfs-slow ]; then
+            if [ "${BENCH_DUALFS_LOOP:-}" = 1 ] && [ "$base" != dualfs-slow ]; then
                 local ml dl
                 _bench_attach ml "$meta_dev"
                 BENCH_LOOP[$mnt]=$ml
@@ -247,7 +283,7 @@ fs_mount() {
             fi
             "$MKFS_DUALFS_BIN" -q "$meta_dev" "$data_dev" >/dev/null
             BENCH_DEV[$mnt]="meta=$meta_dev data=$data_dev"
-            if [ "$fs" = dualfs-slow ]; then
+            if [ "$base" = dualfs-slow ]; then
                 # The metadata image is reached through delayfs: every read, write and fsync
                 # of it waits BENCH_DELAY_MS, as on a disk that seeks.
                 mkdir -p "$dir/slow"
@@ -257,10 +293,11 @@ fs_mount() {
                 meta_dev="$dir/slow/meta.img"
             fi
             opts="${DUALFS_OPTS:-}"
-            [ "$fs" = dualfs-wb ] && opts="${opts:+$opts,}writeback_cache"
+            [ "$base" = dualfs-wb ] && opts="${opts:+$opts,}writeback_cache"
             local args=("$meta_dev" "$data_dev" "$mnt")
             [ -n "$opts" ] && args+=(-o "$opts")
-            [ -n "${DUALFS_THREADS:-}" ] && args+=(--threads "$DUALFS_THREADS")
+            threads=${threads:-${DUALFS_THREADS:-}}
+            [ -n "$threads" ] && args+=(--threads "$threads")
             BENCH_MOUNTS+=("$fs|$mnt")
             "$DUALFS_BIN" mount "${args[@]}"
             ;;
@@ -305,7 +342,7 @@ fs_mount() {
 _bench_unmount() {
     local fs=$1 mnt=$2 rc=0
     if mountpoint -q "$mnt"; then
-        case "$fs" in
+        case "$(bench_fs_base "$fs")" in
             dualfs | dualfs-wb | dualfs-slow) "$DUALFS_BIN" umount "$mnt" || rc=$? ;;
             *) umount "$mnt" || rc=$? ;;
         esac
@@ -358,7 +395,7 @@ bench_dev_written() { # DEVICE
 fs_daemon_pid() {
     local fs=$1 mnt=$2
     if [ -n "${BENCH_PID[$mnt]:-}" ]; then echo "${BENCH_PID[$mnt]}"; return; fi
-    case "$fs" in
+    case "$(bench_fs_base "$fs")" in
         dualfs | dualfs-wb | dualfs-slow) pgrep -n -f -- "dualfs mount .* $mnt( |\$)" ;;
     esac
 }
@@ -372,7 +409,7 @@ bench_cleanup() {
         m=${BENCH_MOUNTS[$i]}; fs=${m%%|*}; mnt=${m#*|}
         bench_log "cleanup: unmounting $fs at $mnt"
         if mountpoint -q "$mnt"; then
-            case "$fs" in
+            case "$(bench_fs_base "$fs")" in
                 dualfs | dualfs-wb | dualfs-slow) timeout 300 "$DUALFS_BIN" umount "$mnt" ;;
                 *) umount "$mnt" ;;
             esac

@@ -6,10 +6,12 @@
 #
 #   bench/metarate.sh                               # 1, 2 and 4 workers, 20,000 files each
 #   bench/metarate.sh --workers 1,2,4,8 --files 10000 --rounds 3 --fs "dualfs memfs"
+#   bench/metarate.sh --threads 2,4,8 --fs "dualfs memfs"   # DualFS-t2, -t4, -t8 side by side
 #   bench/metarate.sh --out DIR     # also DIR/metarate.csv and DIR/metarate.png (time per op)
 #
 # Options: --workers LIST, --files N (per worker), --rounds R (best of), --fs "LIST" (default
-# "dualfs ext4 fuse2fs memfs"), --out DIR.
+# "dualfs ext4 fuse2fs memfs"), --threads LIST (DualFS once per count of FUSE threads, the
+# mount's --threads N: columns dualfs-tN; default one DualFS with the daemon's own count), --out DIR.
 #
 # With 2 CPUs, a FUSE file system shares them between the workers and its daemon, so its
 # ceiling is well below 2x: memfs shows what the FUSE path itself allows. See
@@ -18,7 +20,7 @@ set -euo pipefail
 export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
-WORKERS=1,2,4 FILES=20000 ROUNDS=1 FS_LIST="dualfs ext4 fuse2fs memfs" SIZE=8G OUT=""
+WORKERS=1,2,4 FILES=20000 ROUNDS=1 FS_LIST="dualfs ext4 fuse2fs memfs" SIZE=8G OUT="" THREADS=""
 usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
         --files) FILES=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --fs) FS_LIST=$2; shift 2 ;;
+        --threads) THREADS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         -h | --help) usage 0 ;;
         *) echo "unknown argument $1" >&2; usage 2 ;;
@@ -33,6 +36,7 @@ while [ $# -gt 0 ]; do
 done
 # shellcheck disable=SC2086
 bench_check_fs_list $FS_LIST
+FS_LIST=$(bench_fs_threads_list "$FS_LIST" "$THREADS")
 
 bench_init
 bench_install fuse2fs e2fsprogs
