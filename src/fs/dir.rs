@@ -88,7 +88,8 @@ impl Fs {
     /// The entry `name` in `parent`, counted as a kernel reference (`forget`). "." is `parent`
     /// itself, of any type: the kernel asks for it to find an inode from a file handle (and
     /// ".." for the parent of a directory found so); ENOENT, which it turns into ESTALE, once
-    /// the number is free.
+    /// the number is free, and once it has no name: a removed inode still kept (open, or held
+    /// by the kernel, "Removed but open" in docs/DESIGN.md) is stale to a file handle too.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         self.alive()?;
         if name.len() > NAME_MAX {
@@ -105,6 +106,9 @@ impl Fs {
             }
         };
         let e = self.inode(ino)?;
+        if name == b"." && e.state.read().d.nlink == 0 {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
         self.kernel_entry(&e)
     }
 
