@@ -6,7 +6,7 @@
 
 use crate::fs::{
     Attr, Caller, DirEntry, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, SetTime,
-    Timespec, Whence, XattrFlags,
+    Timespec, Whence, XattrFlags, NO_HANDLE,
 };
 use crate::FsError;
 use fuser::{
@@ -49,6 +49,13 @@ pub struct FuseConfig {
     /// removed directory only while it is open, so fstat of an open directory after its
     /// rmdir would fail (ENOENT) where Linux file systems answer.
     pub no_opendir: bool,
+    /// Answer the first OPEN with ENOSYS: the kernel then opens regular files by itself
+    /// (FUSE_NO_OPEN_SUPPORT, handles with FOPEN_KEEP_CACHE) and sends no OPEN, RELEASE or
+    /// (after one ENOSYS) FLUSH. The core then keeps a removed file while the kernel holds
+    /// it, checks immutable and append-only files at each write instead of at open, and
+    /// takes O_APPEND from each write. Not with `direct_io` (only an OPEN reply can ask for
+    /// it): OPEN is then answered as usual.
+    pub no_open: bool,
     /// Let the kernel keep symlink targets in its page cache (FUSE_CACHE_SYMLINKS): a
     /// symlink's target never changes, a new target is a new inode.
     pub cache_symlinks: bool,
@@ -94,6 +101,7 @@ impl Default for FuseConfig {
             direct_io: false,
             dir_cache: DirCache::Kept,
             no_opendir: false,
+            no_open: false,
             cache_symlinks: true,
             readdirplus: Readdirplus::Auto,
         }
@@ -112,11 +120,18 @@ impl DualFuse {
     /// The adapter for a FUSE session: the core counts the kernel's lookups from now on.
     pub fn new(fs: Arc<Fs>, config: FuseConfig) -> DualFuse {
         fs.begin_kernel_session(config.writeback_cache);
-        DualFuse {
+        if config.no_open && config.direct_io {
+            warn!("no_open ignored: direct I/O (strictatime) needs an answer to every OPEN");
+        }
+        let adapter = DualFuse {
             fs,
             config,
             notifier: Arc::new(OnceLock::new()),
-        }
+        };
+        adapter
+            .fs
+            .kernel_opens_unseen(adapter.no_open(), adapter.no_opendir());
+        adapter
     }
 
     /// Where the mount program puts the session's `Notifier` before the session runs.
@@ -180,6 +195,12 @@ impl DualFuse {
     /// handles then carry FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE, so only with kept listings.
     fn no_opendir(&self) -> bool {
         self.config.dir_cache == DirCache::Kept && self.config.no_opendir
+    }
+
+    /// Does open answer ENOSYS, so that the kernel opens regular files by itself? Not with
+    /// direct I/O, which only an OPEN reply can ask for.
+    fn no_open(&self) -> bool {
+        self.config.no_open && !self.config.direct_io
     }
 
     fn fopen_flags(&self) -> FopenFlags {
@@ -361,8 +382,6 @@ impl Filesystem for DualFuse {
             InitFlags::FUSE_POSIX_ACL,
             InitFlags::FUSE_DONT_MASK,
             InitFlags::FUSE_PARALLEL_DIROPS,
-            // The core's open honours O_TRUNC.
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_EXPORT_SUPPORT,
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_ASYNC_READ,
@@ -384,6 +403,14 @@ impl Filesystem for DualFuse {
         }
         if self.no_opendir() {
             wanted.push(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        }
+        if self.no_open() {
+            wanted.push(InitFlags::FUSE_NO_OPEN_SUPPORT);
+        } else {
+            // The core's open honours O_TRUNC. Not without OPEN: the kernel would then
+            // truncate only its page cache (fuse_do_setattr skips the SETATTR of an
+            // O_TRUNC open when the OPEN was to do it), so it sends the SETATTR instead.
+            wanted.push(InitFlags::FUSE_ATOMIC_O_TRUNC);
         }
         if self.config.writeback_cache {
             wanted.push(InitFlags::FUSE_WRITEBACK_CACHE);
@@ -632,6 +659,11 @@ impl Filesystem for DualFuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // From this answer on the kernel opens files itself: O_TRUNC comes as a SETATTR,
+        // and each write carries the descriptor's flags.
+        if self.no_open() {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.fs.open(&caller(req), ino.0, self.open_flags(flags.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), self.fopen_flags()),
             Err(e) => reply.error(errno("open", ino.0, &e)),
@@ -657,13 +689,26 @@ impl Filesystem for DualFuse {
             mode,
             flags,
         ) {
-            Ok((attr, fh)) => reply.created(
-                &self.config.ttl,
-                &file_attr(&attr),
-                generation(&attr),
-                FileHandle(fh),
-                self.fopen_flags(),
-            ),
+            Ok((attr, fh)) => {
+                // Without OPEN the kernel sends no RELEASE for a created file either: the
+                // handle goes at once and the kernel's reference keeps the file (it counts
+                // the entry of this reply).
+                let fh = if self.no_open() {
+                    if let Err(e) = self.fs.release(attr.ino, fh) {
+                        return reply.error(errno("create", parent.0, &e));
+                    }
+                    NO_HANDLE
+                } else {
+                    fh
+                };
+                reply.created(
+                    &self.config.ttl,
+                    &file_attr(&attr),
+                    generation(&attr),
+                    FileHandle(fh),
+                    self.fopen_flags(),
+                )
+            }
             Err(e) => reply.error(errno("create", parent.0, &e)),
         }
     }
@@ -693,15 +738,14 @@ impl Filesystem for DualFuse {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let written = if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            self.fs.write_unprivileged(ino.0, fh.0, offset, data)
-        } else {
-            self.fs.write(ino.0, fh.0, offset, data)
-        };
+        let unprivileged = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let written = self
+            .fs
+            .write_as(ino.0, fh.0, flags.0, offset, data, unprivileged);
         match written {
             Ok(written) => reply.written(written),
             // With a writeback cache the kernel may write back pages of a file after its last
@@ -740,6 +784,11 @@ impl Filesystem for DualFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // A file the kernel opened itself (the first one: the kernel learns of no-open
+        // support from that OPEN's answer, and releases it; and files created before).
+        if fh.0 == NO_HANDLE && self.no_open() {
+            return reply.ok();
+        }
         empty(reply, self.fs.release(ino.0, fh.0), "release", ino.0);
     }
 

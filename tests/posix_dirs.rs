@@ -734,7 +734,17 @@ fn cached_symlink_targets_follow_rename_over_and_recreate() {
 /// its inode is freed once the last descriptor closes (the checker at unmount sees it).
 #[test]
 fn an_open_unlinked_directory_stays_open() {
-    let fs = TestFs::new();
+    an_open_unlinked_directory_stays_open_on(TestFs::new());
+}
+
+/// The same with `-o noopendir`: the kernel opens the directory without telling DualFS, so
+/// its reference to the inode keeps the removed directory until its FORGET.
+#[test]
+fn an_open_unlinked_directory_stays_open_without_opendir() {
+    an_open_unlinked_directory_stays_open_on(TestFs::builder().mount_opts("noopendir").mount());
+}
+
+fn an_open_unlinked_directory_stays_open_on(fs: TestFs) {
     let d = fs.join("d");
     sys::mkdir(&d, 0o755).unwrap();
     fs::write(d.join("f"), b"").unwrap();

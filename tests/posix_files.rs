@@ -272,7 +272,39 @@ fn indirect_block_boundaries() {
 
 #[test]
 fn open_unlinked_file_stays_usable() {
-    let mut fs = TestFs::new();
+    open_unlinked_file_stays_usable_on(TestFs::new());
+}
+
+/// The same with `-o noopen`: the kernel opens the file without telling DualFS, so its
+/// reference to the inode, not an open count, keeps the orphan until its FORGET.
+#[test]
+fn open_unlinked_file_stays_usable_without_open() {
+    open_unlinked_file_stays_usable_on(TestFs::builder().mount_opts("noopen").mount());
+}
+
+/// With `-o noopen` DualFS knows nothing of a file's open descriptors: one held open and
+/// unlinked at a crash is an orphan on the log all the same, freed by the next mount.
+#[test]
+fn an_orphan_the_kernel_held_at_a_crash_is_freed_at_the_next_mount() {
+    let mut fs = TestFs::builder().mount_opts("noopen").mount();
+    let f = fs.join("held");
+    let mut h = open(&f, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    h.write_all(&content(5, 1 << 20)).unwrap();
+    sys::unlink(&f).unwrap();
+    assert_eq!(h.metadata().unwrap().nlink(), 0);
+    h.sync_all().unwrap(); // the orphan reaches the log
+    fs.kill_daemon_hard();
+    drop(h);
+    fs.mount();
+    assert!(
+        fs.daemon_log().contains("freeing orphan inode"),
+        "{}",
+        fs.daemon_log()
+    );
+    assert!(!names(fs.path()).contains(&b"held".to_vec()));
+}
+
+fn open_unlinked_file_stays_usable_on(mut fs: TestFs) {
     let f = fs.join("victim");
     let mut h = open(&f, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
     let data = content(4, 4 << 20);

@@ -43,6 +43,8 @@ pub struct MountSettings {
     pub dir_cache: Option<DirCache>,
     /// `noopendir` (`opendir` clears it).
     pub noopendir: bool,
+    /// `noopen` (`open` clears it).
+    pub noopen: bool,
     /// `nocache_symlinks` (`cache_symlinks` clears it).
     pub nocache_symlinks: bool,
     /// `readdirplus=never|auto|always`.
@@ -103,6 +105,11 @@ Mount options (-o OPT[,OPT...], may be repeated; later options win):
   noopendir, opendir         let the kernel open directories itself (with dir_cache=kept),
                              or send the opens to DualFS (the default; without them, fstat
                              of an open directory fails once it is removed)
+  noopen, open               let the kernel open regular files itself, or send the opens to
+                             DualFS (the default); not with strictatime. Without them an
+                             immutable or append-only file opens for writing and refuses
+                             each write (EPERM), and a removed file is freed at the kernel's
+                             FORGET, a moment after its last close
   nocache_symlinks, cache_symlinks  let the kernel cache symlink targets, or not (the default)
   readdirplus=never|auto|always  when listings carry attributes (default auto: at the start
                              of a listing and after lookups in the directory)
@@ -139,6 +146,13 @@ pub fn parse_option_lists_as<S: AsRef<str>>(
                 other => other?,
             }
         }
+    }
+    if settings.noopen && settings.atime == Some(Atime::Always) {
+        return Err(CliError::Usage(
+            "noopen cannot go with strictatime: every read must reach DualFS, and only an \
+             answer to OPEN can ask the kernel for that (direct I/O)"
+                .into(),
+        ));
     }
     Ok(settings)
 }
@@ -261,6 +275,10 @@ fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
         "noopendir" | "opendir" => {
             no_value(key, value)?;
             s.noopendir = key == "noopendir";
+        }
+        "noopen" | "open" => {
+            no_value(key, value)?;
+            s.noopen = key == "noopen";
         }
         "nocache_symlinks" | "cache_symlinks" => {
             no_value(key, value)?;
@@ -485,6 +503,7 @@ impl MountSettings {
                 self.dir_cache.unwrap_or(defaults.dir_cache)
             },
             no_opendir: self.noopendir,
+            no_open: self.noopen,
             cache_symlinks: !self.nocache_symlinks,
             readdirplus: self.readdirplus.unwrap_or(defaults.readdirplus),
             ..defaults
@@ -613,6 +632,9 @@ mod tests {
                 .readdirplus,
             Readdirplus::Never
         );
+        assert!(!parse(&[]).unwrap().fuse_config().no_open);
+        assert!(parse(&["noopen"]).unwrap().fuse_config().no_open);
+        assert!(!parse(&["noopen,open"]).unwrap().fuse_config().no_open);
         assert_eq!(parse(&[]).unwrap().readahead_kb(), 1024);
         assert_eq!(parse(&["readahead=4M"]).unwrap().readahead_kb(), 4096);
         assert_eq!(parse(&["readahead=1000"]).unwrap().readahead_kb(), 1);
@@ -621,6 +643,9 @@ mod tests {
             "dir_cache",
             "readdirplus=yes",
             "noopendir=1",
+            "noopen=1",
+            "noopen,strictatime",
+            "strictatime,noopen",
             "readahead=0",
             "readahead",
         ] {

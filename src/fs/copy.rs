@@ -47,7 +47,12 @@ impl Fs {
         if flags != 0 {
             return Err(FsError::Errno(libc::EINVAL));
         }
-        let (h_in, h_out) = (self.handle(fh_in)?, self.handle(fh_out)?);
+        // The kernel refuses a copy to an O_APPEND descriptor itself (EBADF), so a handle
+        // it opened unseen, whose flags the request does not carry, is taken as not one.
+        let (h_in, h_out) = (
+            self.handle_of(ino_in, fh_in, 0)?,
+            self.handle_of(ino_out, fh_out, 0)?,
+        );
         if h_in.ino != ino_in || h_out.ino != ino_out || h_out.append {
             return Err(FsError::Errno(libc::EBADF));
         }

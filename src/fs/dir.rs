@@ -7,6 +7,7 @@
 use super::clean::Admit;
 use super::flags::Change;
 use super::inode::{from_disk_time, to_disk_time, InodeEntry};
+use super::kernel_refs::Forgot;
 use super::types::*;
 use super::{lock_ops, Fs};
 use crate::betree::DirValue;
@@ -87,7 +88,8 @@ impl Fs {
     /// The entry `name` in `parent`, counted as a kernel reference (`forget`). "." is `parent`
     /// itself, of any type: the kernel asks for it to find an inode from a file handle (and
     /// ".." for the parent of a directory found so); ENOENT, which it turns into ESTALE, once
-    /// the number is free.
+    /// the number is free, and once it has no name: a removed inode still kept (open, or held
+    /// by the kernel, "Removed but open" in docs/DESIGN.md) is stale to a file handle too.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         self.alive()?;
         if name.len() > NAME_MAX {
@@ -104,6 +106,9 @@ impl Fs {
             }
         };
         let e = self.inode(ino)?;
+        if name == b"." && e.state.read().d.nlink == 0 {
+            return Err(FsError::Errno(libc::ENOENT));
+        }
         self.kernel_entry(&e)
     }
 
@@ -132,9 +137,35 @@ impl Fs {
     /// The kernel dropped `n` references to `ino` (entries it was handed). A freed inode's
     /// number becomes reusable with the last one.
     pub fn forget(&self, ino: u64, n: u64) {
-        if self.kernel_refs.forget(ino, n) {
-            self.ino_alloc.lock().release(vec![ino]);
+        match self.kernel_refs.forget(ino, n) {
+            Forgot::FreedNumber => self.ino_alloc.lock().release(vec![ino]),
+            Forgot::LastReference => {
+                if let Err(e) = self.free_if_forgotten(ino) {
+                    log::warn!("cannot free removed inode {ino} at its last FORGET: {e}");
+                }
+            }
+            Forgot::StillHeld => {}
         }
+    }
+
+    /// From now on the kernel opens regular files (`files`: it was answered ENOSYS to OPEN)
+    /// or directories (`dirs`: to OPENDIR) without telling DualFS: its references then keep
+    /// removed ones alive, and file operations come with handle `NO_HANDLE`.
+    pub fn kernel_opens_unseen(&self, files: bool, dirs: bool) {
+        self.kernel_refs.keep_while_held(files, dirs);
+    }
+
+    /// The kernel's last reference to `ino` went: free it if it was removed and kept only for
+    /// the kernel. A removed inode stays cached until it is freed (`inode::evictable`).
+    fn free_if_forgotten(&self, ino: u64) -> Result<()> {
+        let Some(e) = self.inodes.get(ino) else {
+            return Ok(());
+        };
+        if !self.removed_and_unused(ino, &e.state.read()) {
+            return Ok(());
+        }
+        let _op = e.op.lock_arc();
+        self.free_if_unused_locked(&e)
     }
 
     /// (inode numbers the kernel holds, of which freed ones waiting for its FORGET)
@@ -590,7 +621,7 @@ impl Fs {
             st.d.nlink.saturating_sub(1)
         };
         st.d.ctime = now;
-        if st.d.nlink == 0 && st.opens == 0 {
+        if self.removed_and_unused(ce.ino, &st) {
             let dropped = self.destroy(ce, &mut st);
             drop(st);
             return self.drop_attrs(dropped);

@@ -87,7 +87,7 @@ impl Fs {
         };
         if offset >= end {
             // A punch wholly past the largest file: nothing to do, once the handle is known.
-            self.handle(fh)?;
+            self.handle_of(ino, fh, 0)?;
             return Ok(());
         }
         let (first, last) = (offset / bs, end.div_ceil(bs) - 1);
@@ -95,7 +95,7 @@ impl Fs {
             Mode::Punch => self.admit(Admit::Delete)?,
             _ => self.admit(Admit::Map(self.block_range_charge(first, last)))?,
         };
-        if self.handle(fh)?.ino != ino {
+        if self.handle_of(ino, fh, 0)?.ino != ino {
             return Err(FsError::Errno(libc::EBADF));
         }
         let e = self.inode(ino)?;

@@ -10,7 +10,7 @@ use super::clean::Admit;
 use super::flags::Change;
 use super::inode::{InodeEntry, InodeState, PtrBlock};
 use super::types::*;
-use super::{Fs, Handle};
+use super::{Fs, Handle, NO_HANDLE};
 use crate::format::bmap::{max_blocks, parent, unwritten, DataPtr, Parent};
 use crate::format::inode::FLAG_NOATIME;
 use crate::format::meta::decode_pointer_block;
@@ -37,6 +37,21 @@ impl Fs {
             .get(&fh)
             .copied()
             .ok_or(FsError::Errno(libc::EBADF))
+    }
+
+    /// The handle a file operation came through. `NO_HANDLE` (the kernel opened the file
+    /// without telling DualFS, `kernel_opens_unseen`) stands for a descriptor with the open
+    /// flags `flags` the request carries; elsewhere it is EBADF like any unknown handle.
+    pub(super) fn handle_of(&self, ino: u64, fh: u64, flags: i32) -> Result<Handle> {
+        if fh == NO_HANDLE && self.kernel_refs.files_opened_unseen() {
+            let opened_append = flags & libc::O_APPEND != 0;
+            return Ok(Handle {
+                ino,
+                append: opened_append && !self.writeback_cache.load(Ordering::Acquire),
+                opened_append,
+            });
+        }
+        self.handle(fh)
     }
 
     pub(crate) fn new_handle(&self, ino: u64, flags: i32) -> u64 {
@@ -118,24 +133,39 @@ impl Fs {
             return Ok(());
         };
         let _op = e.op.lock_arc();
-        let (last, orphan) = {
+        {
             let mut st = e.state.write();
             st.opens = st.opens.saturating_sub(1);
             if st.opens == 0 {
                 self.return_window(&e, &mut st);
             }
-            (st.opens == 0, st.d.nlink == 0 && !st.deleted)
-        };
-        if last && orphan && !self.opts.read_only && self.alive().is_ok() {
-            // The last link went while the file was open: it goes now.
-            self.preload_all(&e, 0)?;
-            let _g = self.gate.read();
-            let mut st = e.state.write();
-            if st.opens == 0 && st.d.nlink == 0 && !st.deleted {
-                let dropped = self.destroy(&e, &mut st);
-                drop(st);
-                self.drop_attrs(dropped)?;
-            }
+        }
+        self.free_if_unused_locked(&e)
+    }
+
+    /// Has `ino` (state `st`) lost its last name, with nothing left that may still use it:
+    /// no open handle, and no kernel reference where the kernel opens it unseen
+    /// (kernel_refs.rs)? Then it is freed now.
+    pub(crate) fn removed_and_unused(&self, ino: u64, st: &InodeState) -> bool {
+        st.d.nlink == 0 && !st.deleted && st.opens == 0 && !self.kernel_refs.keeps(ino, st.d.mode)
+    }
+
+    /// Free `e` if it is removed and unused (the caller holds its op lock): at its last
+    /// close, the kernel's last FORGET, or a mount that finds it orphaned.
+    pub(crate) fn free_if_unused_locked(&self, e: &Arc<InodeEntry>) -> Result<()> {
+        if self.opts.read_only
+            || self.alive().is_err()
+            || !self.removed_and_unused(e.ino, &e.state.read())
+        {
+            return Ok(());
+        }
+        self.preload_all(e, 0)?;
+        let _g = self.gate.read();
+        let mut st = e.state.write();
+        if self.removed_and_unused(e.ino, &st) {
+            let dropped = self.destroy(e, &mut st);
+            drop(st);
+            self.drop_attrs(dropped)?;
         }
         Ok(())
     }
@@ -285,16 +315,10 @@ impl Fs {
     pub(crate) fn free_orphan(&self, ino: u64) -> Result<()> {
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
-        self.preload_all(&e, 0)?;
-        let _g = self.gate.read();
-        let mut st = e.state.write();
-        if st.d.nlink == 0 && !st.deleted {
+        if self.removed_and_unused(ino, &e.state.read()) {
             log::info!("freeing orphan inode {ino}");
-            let dropped = self.destroy(&e, &mut st);
-            drop(st);
-            self.drop_attrs(dropped)?;
         }
-        Ok(())
+        self.free_if_unused_locked(&e)
     }
 
     /// Update the access time after a read or listing: with `strictatime` always, else as
@@ -418,25 +442,30 @@ impl Fs {
 
     /// Returns the number of bytes written (all of `data` unless an error).
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.write_by(ino, fh, offset, data, false)
+        self.write_as(ino, fh, 0, offset, data, false)
     }
 
     /// A write by a caller without CAP_FSETID (the kernel's FUSE_WRITE_KILL_SUIDGID): it
     /// also takes the file's set-ID bits away (privileges.rs).
     pub fn write_unprivileged(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.write_by(ino, fh, offset, data, true)
+        self.write_as(ino, fh, 0, offset, data, true)
     }
 
-    fn write_by(
+    /// A write through handle `fh`, whose descriptor has the open flags `flags` (the kernel
+    /// sends them with every write; they matter for `NO_HANDLE`, see `handle_of`), by a
+    /// caller without CAP_FSETID if `drop_set_ids`. The checks open makes for a handle it
+    /// hands out (immutable, append-only) are made here too, for every write.
+    pub fn write_as(
         &self,
         ino: u64,
         fh: u64,
+        flags: i32,
         offset: u64,
         data: &[u8],
         drop_set_ids: bool,
     ) -> Result<u32> {
         let _admitted = self.admit(Admit::Write(data.len() as u64))?;
-        let h = self.handle(fh)?;
+        let h = self.handle_of(ino, fh, flags)?;
         if h.ino != ino {
             return Err(FsError::Errno(libc::EBADF));
         }

@@ -126,7 +126,13 @@ fn entry_bytes(e: &InodeEntry, block_size: u32) -> u64 {
 fn evictable(e: &Arc<InodeEntry>) -> bool {
     Arc::strong_count(e) == 1
         && e.state.try_read().is_some_and(|st| {
-            !st.dirty && st.opens == 0 && st.window.is_none() && !st.ptrs.values().any(|p| p.dirty)
+            !st.dirty
+                && st.opens == 0
+                && st.window.is_none()
+                && !st.ptrs.values().any(|p| p.dirty)
+                // A removed inode kept for the kernel's references is freed from the cache
+                // at its last FORGET (`Fs::forget`).
+                && (st.d.nlink > 0 || st.deleted)
         })
 }
 
@@ -309,6 +315,7 @@ mod tests {
         InodeEntry::new(
             DiskInode {
                 ino,
+                nlink: 1,
                 ..DiskInode::default()
             },
             false,
@@ -367,11 +374,15 @@ mod tests {
         let open = entry(102);
         open.state.write().opens = 1;
         cache.insert_new(open);
+        // Removed, kept for the kernel's references: freed from the cache at its FORGET.
+        let removed = entry(103);
+        removed.state.write().d.nlink = 0;
+        cache.insert_new(removed);
         for ino in 1000..3000 {
             cache.insert_new(entry(ino));
         }
         cache.evict(0, 4096);
-        assert_eq!(cache.count(), 102);
-        assert!((1..=102).all(|ino| cache.get(ino).is_some()));
+        assert_eq!(cache.count(), 103);
+        assert!((1..=103).all(|ino| cache.get(ino).is_some()));
     }
 }

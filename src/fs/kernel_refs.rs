@@ -30,6 +30,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 const SHARDS: usize = 16;
 
+/// What a FORGET did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Forgot {
+    /// References are left (or none were counted).
+    StillHeld,
+    /// The last reference to a freed inode: its number is the caller's to return to the
+    /// allocator.
+    FreedNumber,
+    /// The last reference to a live inode: if it was removed and kept for the kernel, it is
+    /// the caller's to free.
+    LastReference,
+}
+
 #[derive(Default)]
 struct Held {
     count: u64,
@@ -39,6 +52,10 @@ struct Held {
 
 pub(crate) struct KernelRefs {
     on: AtomicBool,
+    /// References keep removed regular files alive (the kernel sends no OPEN).
+    keep_files: AtomicBool,
+    /// References keep removed directories alive (the kernel sends no OPENDIR).
+    keep_dirs: AtomicBool,
     shards: [Mutex<HashMap<u64, Held>>; SHARDS],
 }
 
@@ -46,6 +63,8 @@ impl Default for KernelRefs {
     fn default() -> Self {
         KernelRefs {
             on: AtomicBool::new(false),
+            keep_files: AtomicBool::new(false),
+            keep_dirs: AtomicBool::new(false),
             shards: std::array::from_fn(|_| Mutex::new("kernel_refs", HashMap::new())),
         }
     }
@@ -61,6 +80,31 @@ impl KernelRefs {
         self.on.store(true, Ordering::Release);
     }
 
+    /// From now on references keep removed regular files (`files`) and directories (`dirs`)
+    /// alive: the kernel opens those without telling DualFS.
+    pub fn keep_while_held(&self, files: bool, dirs: bool) {
+        self.keep_files.store(files, Ordering::Release);
+        self.keep_dirs.store(dirs, Ordering::Release);
+    }
+
+    /// Does the kernel open regular files without telling DualFS?
+    pub fn files_opened_unseen(&self) -> bool {
+        self.keep_files.load(Ordering::Acquire)
+    }
+
+    /// Does the kernel's hold on `ino`, an object of type `mode`, keep it alive once removed?
+    /// The caller holds `ino`'s state lock, under which references are taken.
+    pub fn keeps(&self, ino: u64, mode: u32) -> bool {
+        let keep = match mode & libc::S_IFMT {
+            libc::S_IFREG => &self.keep_files,
+            libc::S_IFDIR => &self.keep_dirs,
+            _ => return false,
+        };
+        keep.load(Ordering::Acquire)
+            && self.on.load(Ordering::Acquire)
+            && self.shard(ino).lock().get(&ino).is_some_and(|h| h.count > 0)
+    }
+
     /// One more reference to `ino`. The caller holds `ino`'s state lock and saw it alive.
     pub fn take(&self, ino: u64) {
         if !self.on.load(Ordering::Acquire) {
@@ -72,18 +116,20 @@ impl KernelRefs {
         held.count += 1;
     }
 
-    /// The kernel gave `n` references to `ino` back. True when that freed its number: it is
-    /// the caller's to return to the allocator.
-    pub fn forget(&self, ino: u64, n: u64) -> bool {
+    /// The kernel gave `n` references to `ino` back.
+    pub fn forget(&self, ino: u64, n: u64) -> Forgot {
         let mut s = self.shard(ino).lock();
         let Some(held) = s.get_mut(&ino) else {
-            return false;
+            return Forgot::StillHeld;
         };
         held.count = held.count.saturating_sub(n);
         if held.count > 0 {
-            return false;
+            return Forgot::StillHeld;
         }
-        s.remove(&ino).is_some_and(|h| h.freed)
+        match s.remove(&ino) {
+            Some(h) if h.freed => Forgot::FreedNumber,
+            _ => Forgot::LastReference,
+        }
     }
 
     /// `ino` was freed: true if the kernel still holds it, in which case the number stays out
@@ -126,15 +172,24 @@ mod tests {
         r.enable();
         r.take(7);
         r.take(7);
-        assert!(!r.forget(7, 1), "one reference is left, nothing was freed");
+        assert_eq!(
+            r.forget(7, 1),
+            Forgot::StillHeld,
+            "one reference is left, nothing was freed"
+        );
         assert!(r.park_if_held(7));
         assert_eq!(r.counts(), (1, 1));
-        assert!(
+        assert_eq!(
             r.forget(7, 1),
+            Forgot::FreedNumber,
             "the last reference returns the freed number"
         );
         assert_eq!(r.counts(), (0, 0));
-        assert!(!r.forget(7, 1), "forgetting a number not held does nothing");
+        assert_eq!(
+            r.forget(7, 1),
+            Forgot::StillHeld,
+            "forgetting a number not held does nothing"
+        );
     }
 
     #[test]
@@ -142,10 +197,29 @@ mod tests {
         let r = KernelRefs::default();
         r.enable();
         r.take(9);
-        assert!(
-            !r.forget(9, 5),
+        assert_eq!(
+            r.forget(9, 5),
+            Forgot::LastReference,
             "more forgotten than taken still ends at zero"
         );
         assert!(!r.park_if_held(9));
+    }
+
+    #[test]
+    fn references_keep_only_the_kinds_the_kernel_opens_unseen() {
+        let r = KernelRefs::default();
+        r.enable();
+        r.take(3);
+        r.take(4);
+        assert!(!r.keeps(3, libc::S_IFREG), "off until asked");
+        r.keep_while_held(true, false);
+        assert!(r.keeps(3, libc::S_IFREG | 0o644));
+        assert!(!r.keeps(4, libc::S_IFDIR | 0o755), "directories are opened with OPENDIR");
+        assert!(!r.keeps(4, libc::S_IFLNK), "nothing opens a symlink");
+        r.keep_while_held(false, true);
+        assert!(r.keeps(4, libc::S_IFDIR));
+        assert!(!r.keeps(5, libc::S_IFDIR), "a number not held keeps nothing");
+        assert_eq!(r.forget(4, 1), Forgot::LastReference);
+        assert!(!r.keeps(4, libc::S_IFDIR));
     }
 }

@@ -103,6 +103,10 @@ pub(crate) struct FlushState {
     last_ckpt: Instant,
 }
 
+/// The handle of a file the kernel opened without telling DualFS (no-open support: the
+/// kernel then sends file handle 0; DualFS's own handles start at 1).
+pub const NO_HANDLE: u64 = 0;
+
 /// An open file or directory.
 #[derive(Clone, Copy, Debug)]
 struct Handle {
@@ -375,6 +379,8 @@ mod falloc_tests;
 mod flags_tests;
 #[cfg(test)]
 mod lock_tests;
+#[cfg(test)]
+mod lifetime_tests;
 #[cfg(test)]
 mod node_id_tests;
 #[cfg(test)]

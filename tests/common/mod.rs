@@ -449,11 +449,15 @@ impl TestFs {
     /// Mounted with the kernel's writeback cache: writes land in the page cache and reach
     /// the daemon later, so errors such as EFBIG surface at fsync instead of write.
     pub fn writeback_cache(&self) -> bool {
+        self.mount_option("writeback_cache")
+    }
+    /// Was `-o OPTION` (a flag) given to the mount, by the test or DUALFS_TEST_EXTRA_OPTS?
+    pub fn mount_option(&self, option: &str) -> bool {
         let extra = std::env::var("DUALFS_TEST_EXTRA_OPTS").unwrap_or_default();
         [extra.as_str(), self.b.mount_opts.as_str()]
             .iter()
             .flat_map(|o| o.split(','))
-            .any(|o| o == "writeback_cache")
+            .any(|o| o == option)
     }
     pub fn is_mounted(&self) -> bool {
         self.mounted
