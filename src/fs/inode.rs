@@ -6,6 +6,7 @@
 
 use super::types::Timespec;
 use crate::format::inode::{DiskInode, DiskTime};
+use crate::lockcheck::Rank;
 use lru::LruCache;
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
@@ -44,7 +45,7 @@ pub struct InodeState {
 
 pub struct InodeEntry {
     pub ino: u64,
-    pub op: Arc<Mutex<()>>,
+    pub op: crate::lockcheck::ArcMutex<()>,
     pub state: crate::lockcheck::RwLock<InodeState>,
 }
 
@@ -52,9 +53,10 @@ impl InodeEntry {
     pub fn new(d: DiskInode, dirty: bool) -> Arc<InodeEntry> {
         Arc::new(InodeEntry {
             ino: d.ino,
-            op: Arc::new(Mutex::new(())),
-            state: crate::lockcheck::RwLock::new(
+            op: crate::lockcheck::ArcMutex::across_io("inode op", Rank::INODE_OP, d.ino, ()),
+            state: crate::lockcheck::RwLock::ranked(
                 "inode state",
+                Rank::INODE_STATE,
                 InodeState {
                     d,
                     dirty,

@@ -170,7 +170,7 @@ pub struct Fs {
     dirty: NoIoMutex<HashMap<u64, Arc<InodeEntry>>>,
     /// Records of changes no block shows, in the order they happened.
     records: records::RecordLog,
-    flusher: Mutex<FlushState>,
+    flusher: crate::lockcheck::Mutex<FlushState>,
     /// Number of the last snapshot the log writer took, and of the last one made durable.
     snap_seq: AtomicU64,
     durable_seq: AtomicU64,
@@ -183,11 +183,11 @@ pub struct Fs {
     unmounted: AtomicBool,
     handles: NoIoMutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
-    rename_lock: Mutex<()>,
+    rename_lock: crate::lockcheck::Mutex<()>,
     /// Data blocks reserved for files' next writes (alloc.rs).
     windows: alloc::Windows,
     /// One cleaning pass at a time.
-    cleaning: Mutex<()>,
+    cleaning: crate::lockcheck::Mutex<()>,
     /// Cleaning and admission state: thresholds, counters, charges of pending work.
     cleaner: clean::CleanerState,
     stats: NoIoMutex<Stats>,
@@ -351,7 +351,7 @@ impl Fs {
 }
 
 /// An `op` lock held by an operation.
-type OpGuard = parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>;
+type OpGuard = crate::lockcheck::Guard<parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>>;
 
 /// Lock the `op` mutexes of several inodes in ascending inode order (the one lock order used
 /// everywhere, so multi-inode operations cannot deadlock).
