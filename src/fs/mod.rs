@@ -277,8 +277,19 @@ impl Fs {
 
     /// The cached inode `ino`, loading it if needed.
     fn inode(&self, ino: u64) -> Result<Arc<InodeEntry>> {
+        self.inode_used(ino, true)
+    }
+
+    /// `inode`, and whether this counts as a use of it for the cache's eviction order (the
+    /// cleaner's loads do not: `InodeCache::peek`).
+    fn inode_used(&self, ino: u64, use_now: bool) -> Result<Arc<InodeEntry>> {
         loop {
-            if let Some(e) = self.inodes.get(ino) {
+            let cached = if use_now {
+                self.inodes.get(ino)
+            } else {
+                self.inodes.peek(ino)
+            };
+            if let Some(e) = cached {
                 if e.state.read().deleted {
                     return Err(FsError::Errno(libc::ENOENT));
                 }
@@ -308,7 +319,10 @@ impl Fs {
                     ),
                 ));
             }
-            if let Some(e) = self.inodes.insert_loaded(InodeEntry::new(d, false), seen) {
+            if let Some(e) = self
+                .inodes
+                .insert_loaded(InodeEntry::new(d, false), seen, use_now)
+            {
                 return Ok(e);
             }
         }
