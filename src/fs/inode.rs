@@ -6,9 +6,9 @@
 
 use super::types::Timespec;
 use crate::format::inode::{DiskInode, DiskTime};
+use crate::lockcheck::Mutex;
 use crate::lockcheck::Rank;
 use lru::LruCache;
-use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -108,7 +108,7 @@ impl Default for InodeCache {
     fn default() -> Self {
         InodeCache {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(LruCache::unbounded()))
+                .map(|_| Mutex::new("inode cache shard", LruCache::unbounded()))
                 .collect(),
             evictions: AtomicU64::new(0),
         }
