@@ -13,9 +13,51 @@
 //! they run) it panics; otherwise, in a mount, it logs an error and goes on, because a slow
 //! operation is no reason to kill a mount.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A lock's place in the lock order: its row in docs/DESIGN.md's table ("Locks"). A thread
+/// may take a lock only while every lock it holds has a lower rank; locks of one rank are
+/// never nested, except inode `op` locks, taken in ascending inode order (`Rank::INODE_OP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank(pub u8);
+
+impl Rank {
+    /// `cleaner.room`: one attempt at a time to make room.
+    pub const ROOM: Rank = Rank(1);
+    /// `cleaning`: one cleaning pass at a time.
+    pub const CLEANING: Rank = Rank(2);
+    /// `rename_lock`: renames between two directories.
+    pub const RENAME: Rank = Rank(3);
+    /// An inode's `op` lock; several only in ascending inode order.
+    pub const INODE_OP: Rank = Rank(4);
+    /// `flusher`: the log writer (an operation may write the log under its `op` locks).
+    pub const FLUSHER: Rank = Rank(5);
+    /// The gate, shared or exclusive.
+    pub const GATE: Rank = Rank(6);
+    /// The Bε-tree's state lock.
+    pub const TREE: Rank = Rank(8);
+    /// An inode's `state` lock (one at a time).
+    pub const INODE_STATE: Rank = Rank(9);
+    /// The leaves: maps, tables, caches, counters; none is taken while another is held.
+    pub const LEAF: Rank = Rank(10);
+}
+
+/// Whether this build checks the lock order (debug builds, unit tests, the `lockcheck`
+/// feature): it keeps, per thread, the locks held in the order taken.
+const ORDER_CHECKED: bool = cfg!(any(debug_assertions, test, feature = "lockcheck"));
+
+/// One lock a thread holds, for the order check: which lock (its address), its rank, its
+/// key (the inode of a per-inode lock, else 0) and its name.
+#[derive(Clone, Copy)]
+struct Taken {
+    lock: usize,
+    rank: Rank,
+    key: u64,
+    name: &'static str,
+}
 
 thread_local! {
     /// No-I/O locks this thread holds, and the name of the first one it took.
@@ -26,35 +68,122 @@ thread_local! {
     /// Exclusive holds of the gate by this thread; how many inodes it encoded, and how many
     /// of those under an exclusive hold (for tests: `inode_encode_counts`).
     static EXCLUSIVE: Cell<(u32, u64, u64)> = const { Cell::new((0, 0, 0)) };
+    /// Every ranked lock this thread holds, in the order taken (only if `ORDER_CHECKED`).
+    static ORDER: RefCell<Vec<Taken>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Counts one lock held by this thread for as long as it lives (dropped after the lock's
-/// own guard: it is the last field of `Guard`).
-struct Held;
+/// Which lock is being taken, for the order check and the no-I/O count.
+#[derive(Clone, Copy)]
+struct Site {
+    lock: usize,
+    rank: Rank,
+    key: u64,
+    name: &'static str,
+    /// Never held across I/O: counted, and the device fence refuses I/O under it.
+    no_io: bool,
+}
+
+impl Site {
+    /// Panics if taking this lock now could deadlock against the order: some lock the thread
+    /// holds ranks at or after it (and is not a lower-numbered inode `op` lock). A `try_`
+    /// acquisition is not checked: it cannot wait, so it cannot close a cycle.
+    #[track_caller]
+    fn check_order(&self) {
+        if !ORDER_CHECKED {
+            return;
+        }
+        let bad = ORDER.with(|o| o.borrow().iter().find(|t| !may_follow(t, self)).copied());
+        if let Some(t) = bad {
+            panic!(
+                "lock order: taking {} (rank {}, key {}) while holding {} (rank {}, key {})",
+                self.name, self.rank.0, self.key, t.name, t.rank.0, t.key
+            );
+        }
+    }
+}
+
+/// May a thread holding `held` take `next`?
+fn may_follow(held: &Taken, next: &Site) -> bool {
+    held.rank < next.rank
+        || (held.rank == next.rank
+            && next.rank == Rank::INODE_OP
+            && held.key < next.key
+            && held.lock != next.lock)
+}
+
+/// One lock held by this thread for as long as it lives (dropped after the lock's own
+/// guard: it is the last field of `Guard`).
+struct Held {
+    lock: usize,
+    no_io: bool,
+}
 
 impl Held {
-    fn new(name: &'static str) -> Held {
-        HELD.with(|h| {
-            let (n, first) = h.get();
-            h.set((n + 1, if n == 0 { name } else { first }));
-        });
-        Held
+    fn new(site: Site) -> Held {
+        if site.no_io {
+            HELD.with(|h| {
+                let (n, first) = h.get();
+                h.set((n + 1, if n == 0 { site.name } else { first }));
+            });
+        }
+        if ORDER_CHECKED {
+            ORDER.with(|o| {
+                o.borrow_mut().push(Taken {
+                    lock: site.lock,
+                    rank: site.rank,
+                    key: site.key,
+                    name: site.name,
+                })
+            });
+        }
+        Held {
+            lock: site.lock,
+            no_io: site.no_io,
+        }
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        HELD.with(|h| {
-            let (n, first) = h.get();
-            debug_assert!(n > 0, "lockcheck count underflow");
-            h.set((n.saturating_sub(1), if n <= 1 { "" } else { first }));
-        });
+        if self.no_io {
+            HELD.with(|h| {
+                let (n, first) = h.get();
+                debug_assert!(n > 0, "lockcheck count underflow");
+                h.set((n.saturating_sub(1), if n <= 1 { "" } else { first }));
+            });
+        }
+        if ORDER_CHECKED {
+            // `try_with`: a guard may be dropped while the thread's locals are torn down.
+            let _ = ORDER.try_with(|o| {
+                let mut o = o.borrow_mut();
+                // Released in any order; the same lock is held at most once (shared holds
+                // of one lock by one thread are an order violation).
+                if let Some(i) = o.iter().rposition(|t| t.lock == self.lock) {
+                    o.remove(i);
+                }
+            });
+        }
     }
 }
 
 /// How many no-I/O locks the calling thread holds, and the name of the first it took.
 pub fn held() -> (u32, &'static str) {
     HELD.with(|h| h.get())
+}
+
+/// The ranked locks the calling thread holds, by name, in the order taken (empty in a
+/// build that does not check the order).
+pub fn held_in_order() -> Vec<&'static str> {
+    ORDER.with(|o| o.borrow().iter().map(|t| t.name).collect())
+}
+
+/// How many locks of `rank` the calling thread holds (0 in a build that does not check the
+/// order).
+pub fn held_of_rank(rank: Rank) -> usize {
+    if !ORDER_CHECKED {
+        return 0;
+    }
+    ORDER.with(|o| o.borrow().iter().filter(|t| t.rank == rank).count())
 }
 
 /// Violations seen by a build that does not panic (logged, the first few in full).
@@ -90,7 +219,8 @@ pub fn assert_no_io_locks(what: &str) {
     }
 }
 
-/// A lock guard that counts as one no-I/O lock held.
+/// A lock guard that keeps its lock's place in the thread's held locks (and counts as one
+/// no-I/O lock held, if it is one).
 pub struct Guard<G> {
     inner: G,
     _held: Held,
@@ -109,34 +239,90 @@ impl<G: DerefMut> DerefMut for Guard<G> {
     }
 }
 
-fn guard<G>(name: &'static str, inner: G) -> Guard<G> {
-    // Counted only once taken: a thread waiting for the lock holds nothing new.
-    Guard {
-        inner,
-        _held: Held::new(name),
+impl<G> Guard<G> {
+    /// The same hold with another guard of the lock (an upgraded read guard).
+    pub fn map_inner<H>(self, f: impl FnOnce(G) -> H) -> Guard<H> {
+        Guard {
+            inner: f(self.inner),
+            _held: self._held,
+        }
     }
 }
 
-/// A mutex never held across device I/O.
+/// Take a lock: check the order, wait for it (`take`), count it once taken (a thread
+/// waiting for the lock holds nothing new).
+#[track_caller]
+fn take<G>(site: Site, take: impl FnOnce() -> G) -> Guard<G> {
+    site.check_order();
+    let inner = take();
+    Guard {
+        inner,
+        _held: Held::new(site),
+    }
+}
+
+/// A `try_` acquisition: no order check (it does not wait), counted if it succeeded.
+fn try_take<G>(site: Site, inner: Option<G>) -> Option<Guard<G>> {
+    inner.map(|inner| Guard {
+        inner,
+        _held: Held::new(site),
+    })
+}
+
+/// A mutex never held across device I/O (by default a leaf of the order, `Rank::LEAF`).
 pub struct Mutex<T> {
     name: &'static str,
+    rank: Rank,
+    key: u64,
+    /// May be held across I/O (the rows of the table that say so): ranked, not counted.
+    io: bool,
     inner: parking_lot::Mutex<T>,
 }
 
 impl<T> Mutex<T> {
     pub const fn new(name: &'static str, value: T) -> Mutex<T> {
+        Mutex::ranked(name, Rank::LEAF, value)
+    }
+
+    pub const fn ranked(name: &'static str, rank: Rank, value: T) -> Mutex<T> {
         Mutex {
             name,
+            rank,
+            key: 0,
+            io: false,
             inner: parking_lot::Mutex::new(value),
         }
     }
 
+    /// A lock that may be held across device I/O: only its place in the order is checked.
+    /// `key` orders locks of one rank (the inode of an `op` lock).
+    pub const fn across_io(name: &'static str, rank: Rank, key: u64, value: T) -> Mutex<T> {
+        Mutex {
+            name,
+            rank,
+            key,
+            io: true,
+            inner: parking_lot::Mutex::new(value),
+        }
+    }
+
+    fn site(&self) -> Site {
+        Site {
+            lock: self as *const Self as usize,
+            rank: self.rank,
+            key: self.key,
+            name: self.name,
+            no_io: !self.io,
+        }
+    }
+
+    #[track_caller]
     pub fn lock(&self) -> Guard<parking_lot::MutexGuard<'_, T>> {
-        guard(self.name, self.inner.lock())
+        take(self.site(), || self.inner.lock())
     }
 
     pub fn try_lock(&self) -> Option<Guard<parking_lot::MutexGuard<'_, T>>> {
-        self.inner.try_lock().map(|g| guard(self.name, g))
+        try_take(self.site(), self.inner.try_lock())
     }
 
     pub fn get_mut(&mut self) -> &mut T {
@@ -148,38 +334,110 @@ impl<T> Mutex<T> {
     }
 }
 
-/// A reader-writer lock never held across device I/O.
+/// A mutex whose guards own a reference to it (parking_lot's `ArcMutexGuard`): an inode's
+/// `op` lock, held across I/O, ranked and keyed by its inode.
+pub struct ArcMutex<T> {
+    name: &'static str,
+    rank: Rank,
+    key: u64,
+    inner: Arc<parking_lot::Mutex<T>>,
+}
+
+impl<T> ArcMutex<T> {
+    /// A lock that may be held across device I/O: only its place in the order is checked.
+    /// `key` orders locks of one rank (the inode of an `op` lock).
+    pub fn across_io(name: &'static str, rank: Rank, key: u64, value: T) -> ArcMutex<T> {
+        ArcMutex {
+            name,
+            rank,
+            key,
+            inner: Arc::new(parking_lot::Mutex::new(value)),
+        }
+    }
+
+    fn site(&self) -> Site {
+        Site {
+            lock: Arc::as_ptr(&self.inner) as usize,
+            rank: self.rank,
+            key: self.key,
+            name: self.name,
+            no_io: false,
+        }
+    }
+
+    #[track_caller]
+    pub fn lock_arc(&self) -> Guard<parking_lot::ArcMutexGuard<parking_lot::RawMutex, T>> {
+        take(self.site(), || self.inner.lock_arc())
+    }
+
+    pub fn try_lock_arc(
+        &self,
+    ) -> Option<Guard<parking_lot::ArcMutexGuard<parking_lot::RawMutex, T>>> {
+        try_take(self.site(), self.inner.try_lock_arc())
+    }
+}
+
+/// A reader-writer lock never held across device I/O (by default a leaf, `Rank::LEAF`).
 pub struct RwLock<T> {
     name: &'static str,
+    rank: Rank,
     inner: parking_lot::RwLock<T>,
 }
 
 impl<T> RwLock<T> {
     pub const fn new(name: &'static str, value: T) -> RwLock<T> {
+        RwLock::ranked(name, Rank::LEAF, value)
+    }
+
+    pub const fn ranked(name: &'static str, rank: Rank, value: T) -> RwLock<T> {
         RwLock {
             name,
+            rank,
             inner: parking_lot::RwLock::new(value),
         }
     }
 
-    pub fn read(&self) -> Guard<parking_lot::RwLockReadGuard<'_, T>> {
-        guard(self.name, self.inner.read())
+    fn site(&self) -> Site {
+        Site {
+            lock: self as *const Self as usize,
+            rank: self.rank,
+            key: 0,
+            name: self.name,
+            no_io: true,
+        }
     }
 
+    #[track_caller]
+    pub fn read(&self) -> Guard<parking_lot::RwLockReadGuard<'_, T>> {
+        take(self.site(), || self.inner.read())
+    }
+
+    #[track_caller]
     pub fn write(&self) -> Guard<parking_lot::RwLockWriteGuard<'_, T>> {
-        guard(self.name, self.inner.write())
+        take(self.site(), || self.inner.write())
+    }
+
+    /// Shared with readers, exclusive against other upgradable holds and writers.
+    #[track_caller]
+    pub fn upgradable_read(&self) -> Guard<parking_lot::RwLockUpgradableReadGuard<'_, T>> {
+        take(self.site(), || self.inner.upgradable_read())
     }
 
     pub fn try_read(&self) -> Option<Guard<parking_lot::RwLockReadGuard<'_, T>>> {
-        self.inner.try_read().map(|g| guard(self.name, g))
+        try_take(self.site(), self.inner.try_read())
     }
 
     pub fn try_write(&self) -> Option<Guard<parking_lot::RwLockWriteGuard<'_, T>>> {
-        self.inner.try_write().map(|g| guard(self.name, g))
+        try_take(self.site(), self.inner.try_write())
     }
 
     pub fn get_mut(&mut self) -> &mut T {
         self.inner.get_mut()
+    }
+
+    /// Whether any thread holds the lock (tests).
+    pub fn is_locked(&self) -> bool {
+        self.inner.is_locked()
     }
 }
 
@@ -188,14 +446,14 @@ impl<T> RwLock<T> {
 /// is not a no-I/O lock, but the calling thread counts its holds and the accesses it makes
 /// under them (`gate_counts`), so tests can show which operations take the gate and which do
 /// I/O under it. Held exclusively only by the log writer's snapshot and by tree repair,
-/// which are memory work: that hold is a no-I/O lock.
+/// which are memory work: that hold is a no-I/O lock. Both rank `Rank::GATE`.
 pub struct Gate {
     inner: parking_lot::RwLock<()>,
 }
 
 /// A shared hold of the gate.
 pub struct SharedGate<'a> {
-    _inner: parking_lot::RwLockReadGuard<'a, ()>,
+    _inner: Guard<parking_lot::RwLockReadGuard<'a, ()>>,
 }
 
 impl Drop for SharedGate<'_> {
@@ -220,8 +478,19 @@ impl Gate {
         }
     }
 
+    fn site(&self, name: &'static str, no_io: bool) -> Site {
+        Site {
+            lock: self as *const Self as usize,
+            rank: Rank::GATE,
+            key: 0,
+            name,
+            no_io,
+        }
+    }
+
+    #[track_caller]
     pub fn read(&self) -> SharedGate<'_> {
-        let g = self.inner.read();
+        let g = take(self.site("gate (shared)", false), || self.inner.read());
         GATE.with(|c| {
             let (held, taken, io) = c.get();
             c.set((held + 1, taken + 1, io));
@@ -229,8 +498,9 @@ impl Gate {
         SharedGate { _inner: g }
     }
 
+    #[track_caller]
     pub fn write(&self) -> ExclusiveGate<'_> {
-        let g = guard("gate (exclusive)", self.inner.write());
+        let g = take(self.site("gate (exclusive)", true), || self.inner.write());
         EXCLUSIVE.with(|c| {
             let (held, n, under) = c.get();
             c.set((held + 1, n, under));
@@ -291,7 +561,7 @@ mod tests {
 
     #[test]
     fn guards_count_and_uncount() {
-        let m = Mutex::new("m", 1u32);
+        let m = Mutex::ranked("m", Rank::INODE_STATE, 1u32);
         let r = RwLock::new("r", 2u32);
         assert_eq!(held().0, 0);
         {
@@ -375,5 +645,111 @@ mod tests {
             // The guard unwound with the panic: nothing is counted any more.
             assert_eq!(held().0, 0, "{kind}");
         }
+    }
+
+    fn panic_message(f: impl FnOnce()) -> String {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let msg = caught.expect_err("no panic");
+        msg.downcast_ref::<String>().cloned().unwrap_or_default()
+    }
+
+    /// The order is checked, not only kept by construction: a lock taken while a lock of the
+    /// same or a later row is held panics before it waits, whatever kinds the two are.
+    #[test]
+    fn locks_taken_out_of_order_are_caught() {
+        let flusher = Mutex::across_io("flusher", Rank::FLUSHER, 0, ());
+        let rename = Mutex::across_io("rename_lock", Rank::RENAME, 0, ());
+        let cleaning = Mutex::across_io("cleaning", Rank::CLEANING, 0, ());
+        let tables = Mutex::new("tables", ());
+        let dirty = Mutex::new("dirty", ());
+        let state = RwLock::ranked("inode state", Rank::INODE_STATE, ());
+        let gate = Gate::new();
+        // In order: fine, in any order of release.
+        {
+            let c = cleaning.lock();
+            let r = rename.lock();
+            let f = flusher.lock();
+            let g = gate.read();
+            let s = state.write();
+            let t = tables.lock();
+            assert_eq!(
+                held_in_order(),
+                [
+                    "cleaning",
+                    "rename_lock",
+                    "flusher",
+                    "gate (shared)",
+                    "inode state",
+                    "tables"
+                ]
+            );
+            drop(r);
+            drop(f);
+            drop(s);
+            drop(c);
+            drop(t);
+            drop(g);
+        }
+        assert!(held_in_order().is_empty());
+        let msg = panic_message(|| {
+            let _f = flusher.lock();
+            let _c = cleaning.lock();
+        });
+        assert!(msg.contains("lock order: taking cleaning (rank 2"), "{msg}");
+        assert!(msg.contains("while holding flusher (rank 5"), "{msg}");
+        let msg = panic_message(|| {
+            let _t = tables.lock();
+            let _s = state.read();
+        });
+        assert!(msg.contains("taking inode state"), "{msg}");
+        // Two leaves are never nested.
+        let msg = panic_message(|| {
+            let _t = tables.lock();
+            let _d = dirty.lock();
+        });
+        assert!(msg.contains("taking dirty (rank 10"), "{msg}");
+        // Nor a no-I/O lock under itself: the gate taken shared under its own exclusive hold.
+        let msg = panic_message(|| {
+            let _w = gate.write();
+            let _r = gate.read();
+        });
+        assert!(msg.contains("taking gate (shared)"), "{msg}");
+        // A `try_` acquisition does not wait, so it is not checked; but it counts as held.
+        {
+            let _t = tables.lock();
+            let s = state.try_read().expect("free");
+            assert_eq!(held_in_order(), ["tables", "inode state"]);
+            drop(s);
+        }
+        // Each panic unwound its guards: nothing is held any more.
+        assert!(held_in_order().is_empty());
+        assert_eq!(held().0, 0);
+    }
+
+    /// Inode `op` locks nest only in ascending inode order.
+    #[test]
+    fn inode_op_locks_nest_in_ascending_inode_order_only() {
+        let op = |ino| ArcMutex::across_io("inode op", Rank::INODE_OP, ino, ());
+        let (a, b, c) = (op(3), op(7), op(12));
+        {
+            let _a = a.lock_arc();
+            let _b = b.lock_arc();
+            let _c = c.lock_arc();
+        }
+        let msg = panic_message(|| {
+            let _b = b.lock_arc();
+            let _a = a.lock_arc();
+        });
+        assert!(
+            msg.contains("taking inode op (rank 4, key 3) while holding inode op (rank 4, key 7)"),
+            "{msg}"
+        );
+        // Not twice the same one (it would wait for itself).
+        let msg = panic_message(|| {
+            let _a = a.lock_arc();
+            let _a2 = a.lock_arc();
+        });
+        assert!(msg.contains("taking inode op"), "{msg}");
+        assert!(held_in_order().is_empty());
     }
 }

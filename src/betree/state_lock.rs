@@ -2,69 +2,27 @@
 //! on every admitted operation (dirty nodes, freed ids not yet reported) in atomics: every
 //! write guard stores them when it is dropped, so reading them takes no lock.
 //!
-//! It is the only lock of the tree, and it is never held across I/O. In debug builds (and
-//! unit tests) every guard counts itself in a thread-local, and `assert_not_held` — called
-//! where a node is loaded — fails if the calling thread holds one.
+//! It is the only lock of the tree, and it is never held across I/O: it is a
+//! `lockcheck::RwLock` of rank `Rank::TREE`, so the device fence refuses any access under it,
+//! and `assert_not_held` — called where a node is loaded — says so where it matters most.
 
 use super::tree::TreeState;
-use parking_lot::{RwLock, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
+use crate::lockcheck::{self, Guard, Rank};
+use parking_lot::{RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub(crate) struct StateLock {
-    lock: RwLock<TreeState>,
+    lock: lockcheck::RwLock<TreeState>,
     dirty: AtomicUsize,
     freed: AtomicUsize,
 }
 
-/// Counts the state guards the current thread holds (debug builds and unit tests only).
-#[cfg(any(debug_assertions, test))]
-mod held {
-    use std::cell::Cell;
-
-    thread_local! {
-        static HELD: Cell<u32> = const { Cell::new(0) };
-    }
-
-    pub fn count() -> u32 {
-        HELD.with(Cell::get)
-    }
-
-    /// One guard's share of the count, from its creation to its drop.
-    pub struct Held(());
-
-    impl Held {
-        pub fn new() -> Held {
-            HELD.with(|h| h.set(h.get() + 1));
-            Held(())
-        }
-    }
-
-    impl Drop for Held {
-        fn drop(&mut self) {
-            HELD.with(|h| h.set(h.get() - 1));
-        }
-    }
-}
-
-#[cfg(not(any(debug_assertions, test)))]
-mod held {
-    pub fn count() -> u32 {
-        0
-    }
-    pub struct Held(());
-    impl Held {
-        #[inline(always)]
-        pub fn new() -> Held {
-            Held(())
-        }
-    }
-}
-
-/// Panics if the calling thread holds the tree's state lock (debug builds and unit tests):
-/// called right before a node is read from the device.
+/// Panics if the calling thread holds the tree's state lock (builds that check the lock
+/// order): called right before a node is read from the device.
+#[track_caller]
 pub(crate) fn assert_not_held(what: &str) {
-    let held = held::count();
+    let held = lockcheck::held_of_rank(Rank::TREE);
     assert!(
         held == 0,
         "{what} with the tree lock held ({held} guards on this thread)"
@@ -72,14 +30,12 @@ pub(crate) fn assert_not_held(what: &str) {
 }
 
 pub(crate) struct StateReadGuard<'a> {
-    guard: RwLockReadGuard<'a, TreeState>,
-    _held: held::Held,
+    guard: Guard<RwLockReadGuard<'a, TreeState>>,
 }
 
 pub(crate) struct StateWriteGuard<'a> {
     owner: &'a StateLock,
-    guard: RwLockWriteGuard<'a, TreeState>,
-    _held: held::Held,
+    guard: Guard<RwLockWriteGuard<'a, TreeState>>,
 }
 
 impl StateLock {
@@ -87,7 +43,7 @@ impl StateLock {
         let l = StateLock {
             dirty: AtomicUsize::new(state.cache.dirty_count()),
             freed: AtomicUsize::new(state.ids.unreported_count()),
-            lock: RwLock::new(state),
+            lock: lockcheck::RwLock::ranked("tree state", Rank::TREE, state),
         };
         l.store_counts(&l.lock.read());
         l
@@ -96,7 +52,6 @@ impl StateLock {
     pub fn read(&self) -> StateReadGuard<'_> {
         StateReadGuard {
             guard: self.lock.read(),
-            _held: held::Held::new(),
         }
     }
 
@@ -104,7 +59,6 @@ impl StateLock {
         StateWriteGuard {
             owner: self,
             guard: self.lock.write(),
-            _held: held::Held::new(),
         }
     }
 
@@ -114,7 +68,6 @@ impl StateLock {
         StateUpgradableGuard {
             owner: self,
             guard: self.lock.upgradable_read(),
-            _held: held::Held::new(),
         }
     }
 
@@ -143,16 +96,14 @@ impl StateLock {
 
 pub(crate) struct StateUpgradableGuard<'a> {
     owner: &'a StateLock,
-    guard: RwLockUpgradableReadGuard<'a, TreeState>,
-    _held: held::Held,
+    guard: Guard<RwLockUpgradableReadGuard<'a, TreeState>>,
 }
 
 impl<'a> StateUpgradableGuard<'a> {
     pub fn upgrade(self) -> StateWriteGuard<'a> {
         StateWriteGuard {
             owner: self.owner,
-            guard: RwLockUpgradableReadGuard::upgrade(self.guard),
-            _held: self._held,
+            guard: self.guard.map_inner(RwLockUpgradableReadGuard::upgrade),
         }
     }
 }

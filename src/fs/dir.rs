@@ -669,7 +669,8 @@ impl Fs {
     }
 
     pub fn releasedir(&self, ino: u64, fh: u64) -> Result<()> {
-        match self.handles.lock().remove(&fh) {
+        let handle = self.handles.lock().remove(&fh); // not held through `closed`
+        match handle {
             Some(_) => self.closed(ino),
             None => Ok(()),
         }

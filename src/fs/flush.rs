@@ -388,10 +388,11 @@ impl Fs {
         self.flush_locked(fl)?;
         let result = (|| {
             let prepared = {
+                let next_node_id = self.tree.next_node_id(); // the tree lock ranks before `tables`
                 let mut t = self.tables.lock();
                 let info = CheckpointInfo {
                     serial: fl.ckpt_serial + 1,
-                    next_node_id: self.tree.next_node_id(),
+                    next_node_id,
                     clean,
                 };
                 let prepared = prepare_checkpoint(&self.sb, &mut fl.writer, &mut t, info);

@@ -6,8 +6,9 @@
 
 use super::types::Timespec;
 use crate::format::inode::{DiskInode, DiskTime};
+use crate::lockcheck::Mutex;
+use crate::lockcheck::Rank;
 use lru::LruCache;
-use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,7 +45,7 @@ pub struct InodeState {
 
 pub struct InodeEntry {
     pub ino: u64,
-    pub op: Arc<Mutex<()>>,
+    pub op: crate::lockcheck::ArcMutex<()>,
     pub state: crate::lockcheck::RwLock<InodeState>,
 }
 
@@ -52,9 +53,10 @@ impl InodeEntry {
     pub fn new(d: DiskInode, dirty: bool) -> Arc<InodeEntry> {
         Arc::new(InodeEntry {
             ino: d.ino,
-            op: Arc::new(Mutex::new(())),
-            state: crate::lockcheck::RwLock::new(
+            op: crate::lockcheck::ArcMutex::across_io("inode op", Rank::INODE_OP, d.ino, ()),
+            state: crate::lockcheck::RwLock::ranked(
                 "inode state",
+                Rank::INODE_STATE,
                 InodeState {
                     d,
                     dirty,
@@ -106,7 +108,7 @@ impl Default for InodeCache {
     fn default() -> Self {
         InodeCache {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(LruCache::unbounded()))
+                .map(|_| Mutex::new("inode cache shard", LruCache::unbounded()))
                 .collect(),
             evictions: AtomicU64::new(0),
         }
@@ -146,21 +148,43 @@ impl InodeCache {
         self.shard(ino).lock().get(&ino).cloned()
     }
 
+    /// The cached entry, its place in the use order unchanged (the cleaner: a pass walks
+    /// many inodes, and must not make them look used).
+    pub fn peek(&self, ino: u64) -> Option<Arc<InodeEntry>> {
+        self.shard(ino).lock().peek(&ino).cloned()
+    }
+
     pub fn eviction_count(&self) -> u64 {
         self.evictions.load(Ordering::Acquire)
     }
 
     /// Insert a freshly loaded inode unless one is cached already or an eviction happened
     /// since `seen` (the load may be stale); returns the cached entry or None to retry.
-    pub fn insert_loaded(&self, e: Arc<InodeEntry>, seen: u64) -> Option<Arc<InodeEntry>> {
+    /// `use_now`: the entry becomes the most recently used of its shard; otherwise (the
+    /// cleaner's loads) a new entry is the least recently used, the first to go, and one
+    /// cached already keeps its place.
+    pub fn insert_loaded(
+        &self,
+        e: Arc<InodeEntry>,
+        seen: u64,
+        use_now: bool,
+    ) -> Option<Arc<InodeEntry>> {
         let mut s = self.shard(e.ino).lock();
-        if let Some(x) = s.get(&e.ino) {
+        let cached = if use_now {
+            s.get(&e.ino)
+        } else {
+            s.peek(&e.ino)
+        };
+        if let Some(x) = cached {
             return Some(x.clone());
         }
         if self.evictions.load(Ordering::Acquire) != seen {
             return None;
         }
         s.put(e.ino, e.clone());
+        if !use_now {
+            s.demote(&e.ino);
+        }
         Some(e)
     }
 

@@ -174,7 +174,7 @@ pub struct Fs {
     dirty: NoIoMutex<HashMap<u64, Arc<InodeEntry>>>,
     /// Records of changes no block shows, in the order they happened.
     records: records::RecordLog,
-    flusher: Mutex<FlushState>,
+    flusher: crate::lockcheck::Mutex<FlushState>,
     /// Number of the last snapshot the log writer took, and of the last one made durable.
     snap_seq: AtomicU64,
     durable_seq: AtomicU64,
@@ -187,11 +187,11 @@ pub struct Fs {
     unmounted: AtomicBool,
     handles: NoIoMutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
-    rename_lock: Mutex<()>,
+    rename_lock: crate::lockcheck::Mutex<()>,
     /// Data blocks reserved for files' next writes (alloc.rs).
     windows: alloc::Windows,
     /// One cleaning pass at a time.
-    cleaning: Mutex<()>,
+    cleaning: crate::lockcheck::Mutex<()>,
     /// Cleaning and admission state: thresholds, counters, charges of pending work.
     cleaner: clean::CleanerState,
     stats: NoIoMutex<Stats>,
@@ -286,8 +286,19 @@ impl Fs {
 
     /// The cached inode `ino`, loading it if needed.
     fn inode(&self, ino: u64) -> Result<Arc<InodeEntry>> {
+        self.inode_used(ino, true)
+    }
+
+    /// `inode`, and whether this counts as a use of it for the cache's eviction order (the
+    /// cleaner's loads do not: `InodeCache::peek`).
+    fn inode_used(&self, ino: u64, use_now: bool) -> Result<Arc<InodeEntry>> {
         loop {
-            if let Some(e) = self.inodes.get(ino) {
+            let cached = if use_now {
+                self.inodes.get(ino)
+            } else {
+                self.inodes.peek(ino)
+            };
+            if let Some(e) = cached {
                 if e.state.read().deleted {
                     return Err(FsError::Errno(libc::ENOENT));
                 }
@@ -317,7 +328,10 @@ impl Fs {
                     ),
                 ));
             }
-            if let Some(e) = self.inodes.insert_loaded(InodeEntry::new(d, false), seen) {
+            if let Some(e) = self
+                .inodes
+                .insert_loaded(InodeEntry::new(d, false), seen, use_now)
+            {
                 return Ok(e);
             }
         }
@@ -360,7 +374,7 @@ impl Fs {
 }
 
 /// An `op` lock held by an operation.
-type OpGuard = parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>;
+type OpGuard = crate::lockcheck::Guard<parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>>;
 
 /// Lock the `op` mutexes of several inodes in ascending inode order (the one lock order used
 /// everywhere, so multi-inode operations cannot deadlock).

@@ -7,7 +7,7 @@ use crate::device::fence::Fence;
 use crate::device::BlockDevice;
 use crate::format::meta::{pointers_per_block, IMAP_ORPHAN, SEG_ACTIVE};
 use crate::format::superblock::{Role, Superblock};
-use crate::lockcheck::Mutex as NoIoMutex;
+use crate::lockcheck::{Mutex as NoIoMutex, Rank};
 use crate::log::checkpoint::read_newest;
 use crate::log::recovery::{load_tables, roll_forward};
 use crate::log::{LogHead, LogWriter};
@@ -155,12 +155,17 @@ impl Fs {
             gate: crate::lockcheck::Gate::new(),
             dirty: NoIoMutex::new("dirty", HashMap::new()),
             records: super::records::RecordLog::new(sb.blocks_per_group, sb.block_size),
-            flusher: Mutex::new(FlushState {
-                writer,
-                ckpt_serial: head.ckpt_serial,
-                segments_since_ckpt: 0,
-                last_ckpt: Instant::now(),
-            }),
+            flusher: crate::lockcheck::Mutex::across_io(
+                "flusher",
+                Rank::FLUSHER,
+                0,
+                FlushState {
+                    writer,
+                    ckpt_serial: head.ckpt_serial,
+                    segments_since_ckpt: 0,
+                    last_ckpt: Instant::now(),
+                },
+            ),
             snap_seq: AtomicU64::new(0),
             durable_seq: AtomicU64::new(0),
             data_dirty: AtomicBool::new(false),
@@ -169,9 +174,9 @@ impl Fs {
             unmounted: AtomicBool::new(false),
             handles: NoIoMutex::new("handles", HashMap::new()),
             next_fh: AtomicU64::new(1),
-            rename_lock: Mutex::new(()),
+            rename_lock: crate::lockcheck::Mutex::across_io("rename_lock", Rank::RENAME, 0, ()),
             windows: Default::default(),
-            cleaning: Mutex::new(()),
+            cleaning: crate::lockcheck::Mutex::across_io("cleaning", Rank::CLEANING, 0, ()),
             cleaner: super::clean::CleanerState::new(),
             stats: NoIoMutex::new("stats", Stats::default()),
             recovery,

@@ -183,15 +183,27 @@ fn no_node_is_loaded_with_the_tree_lock_held() {
     );
 }
 
-/// The debug assertion itself: a load attempted while this thread holds a state guard fails.
+/// A load attempted while this thread holds a state guard fails: the lookup's own take of
+/// the lock, under the one held, is caught first (the lock order allows no tree lock under
+/// another).
 #[test]
-#[should_panic(expected = "with the tree lock held")]
+#[should_panic(expected = "taking tree state (rank 8, key 0) while holding tree state")]
 fn a_load_under_the_tree_lock_is_caught() {
     let disk = MemLoader::default();
     let tree = reopened(&disk, 500, 4);
     let _held = tree.state.read();
     // Nothing is cached: the lookup must load the root, with `_held` still held.
     let _ = tree.lookup(&disk, 5, b"anything");
+}
+
+/// The assertion every node load makes.
+#[test]
+#[should_panic(expected = "with the tree lock held")]
+fn the_node_load_assertion_sees_the_tree_lock() {
+    let disk = MemLoader::default();
+    let tree = reopened(&disk, 500, 4);
+    let _held = tree.state.read();
+    crate::betree::state_lock::assert_not_held("loading a tree node");
 }
 
 const THREADS: u64 = 6;

@@ -878,3 +878,71 @@ fn statfs_is_true_right_after_bursts_of_creates_and_unlinks() {
     fs.unmount().unwrap();
     assert_checks(&*meta, &*data, "at the end");
 }
+
+/// A cleaning pass loads the inodes whose blocks it moves without making them look used: a
+/// working set cached before the pass is what stays when the inode cache is trimmed after
+/// it, and the pass's inodes are what goes (`InodeCache::peek`, `Fs::inode_used`).
+#[test]
+fn a_cleaning_pass_leaves_the_working_set_cached() {
+    let (meta, data) = devices(32, 64);
+    let fs = mount(meta.clone(), data.clone());
+    // Files with indirect blocks, which the pass moves (loading their inodes), half of them
+    // truncated away so that their segments are worth cleaning. Consecutive inode numbers:
+    // the files fall in every shard of the cache, as the working set does.
+    let moved: Vec<u64> = (0..256)
+        .map(|i| make_sparse(&fs, &format!("m{i}"), 4, 1).unwrap())
+        .collect();
+    let working: Vec<u64> = (0..16)
+        .map(|i| {
+            let (a, fh) = fs
+                .create(&U, ROOT, format!("w{i}").as_bytes(), 0o644, libc::O_WRONLY)
+                .unwrap();
+            fs.release(a.ino, fh).unwrap();
+            a.ino
+        })
+        .collect();
+    let half = crate::fs::SetAttr {
+        size: Some(sparse_block(2) * BS),
+        ..Default::default()
+    };
+    for &m in &moved {
+        fs.setattr(&U, m, &half).unwrap();
+    }
+    fs.sync().unwrap();
+    // Nothing cached but the working set, used just now.
+    fs.inodes.evict(0, BS as u32);
+    for &w in &working {
+        fs.inode(w).unwrap();
+    }
+    assert!(moved.iter().all(|&m| fs.inodes.peek(m).is_none()));
+    let loaded_now = || {
+        moved
+            .iter()
+            .filter(|&&m| fs.inodes.peek(m).is_some())
+            .count()
+    };
+    let mut passes = 0;
+    while loaded_now() < 192 && passes < 40 {
+        fs.clean_pass(Policy::Greedy, 8).unwrap();
+        passes += 1;
+    }
+    fs.sync().unwrap();
+    let loaded = loaded_now();
+    assert!(loaded >= 192, "{passes} passes loaded {loaded} inodes");
+    // Trim to half of what is cached: every shard gives up its least recently used half.
+    let have = fs.inodes.bytes(BS as u32);
+    fs.inodes.evict(have / 2, BS as u32);
+    for &w in &working {
+        assert!(
+            fs.inodes.peek(w).is_some(),
+            "working-set inode {w} evicted after a pass that loaded {loaded} inodes"
+        );
+    }
+    let still = moved
+        .iter()
+        .filter(|&&m| fs.inodes.peek(m).is_some())
+        .count();
+    assert!(still < loaded, "the trim evicted none of the pass's inodes");
+    fs.unmount().unwrap();
+    assert_checks(&*meta, &*data, "after the pass");
+}

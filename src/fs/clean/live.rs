@@ -130,7 +130,8 @@ impl Fs {
         Ok(out)
     }
 
-    /// The cached inode for the cleaner (None when it is gone).
+    /// The cached inode for the cleaner (None when it is gone), loaded or found without
+    /// counting as a use: a pass must not evict the working set (`InodeCache::peek`).
     pub(super) fn inode_for_clean(
         &self,
         ino: u64,
@@ -138,7 +139,7 @@ impl Fs {
         if self.tables.lock().ifile.entry(ino).is_none() {
             return Ok(None);
         }
-        match self.inode(ino) {
+        match self.inode_used(ino, false) {
             Ok(e) => Ok(Some(e)),
             Err(FsError::Errno(libc::ENOENT)) => Ok(None),
             Err(x) => Err(x),

@@ -18,9 +18,8 @@
 
 use super::Fs;
 use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED};
-use crate::lockcheck::Mutex as NoIoMutex;
+use crate::lockcheck::{Mutex as NoIoMutex, Rank};
 use crate::Result;
-use parking_lot::Mutex;
 use policy::{CleanerCounters, Policy, ThresholdUpdate, Thresholds};
 use report::{PassReport, SegmentInfo, Status, UsageTable};
 use std::collections::{BTreeMap, BTreeSet};
@@ -59,7 +58,7 @@ pub(crate) struct CleanerState {
     /// Cleaner daemons connected with takeover.
     daemons: AtomicU64,
     /// One attempt to make room at a time.
-    room: Mutex<()>,
+    room: crate::lockcheck::Mutex<()>,
     /// (clean segments, live bytes, deletes admitted) when making room last failed: until one
     /// changes, another attempt would fail the same way.
     futile: NoIoMutex<Option<(u64, u64, u64)>>,
@@ -80,7 +79,7 @@ impl CleanerState {
             last_write_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             daemons: AtomicU64::new(0),
-            room: Mutex::new(()),
+            room: crate::lockcheck::Mutex::across_io("cleaner room", Rank::ROOM, 0, ()),
             futile: NoIoMutex::new("cleaner futile", None),
             deletes: AtomicU64::new(0),
             counts: room::RoomCounts::default(),

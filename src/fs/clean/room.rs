@@ -78,6 +78,9 @@ impl Fs {
 impl Fs {
     /// The stored figures against the tables (tests, at moments nothing runs).
     pub(crate) fn assert_room_counts_match_the_tables(&self) {
+        // Leaves of the lock order, taken one at a time.
+        let dirty = self.dirty.lock().len() as u64;
+        let records = self.records.lock().len() as u64;
         let t = self.tables.lock();
         let g = self.geometry();
         let c = &self.cleaner.counts;
@@ -93,10 +96,7 @@ impl Fs {
             c.applied_inodes.load(Ordering::Acquire),
             t.ifile.live_inodes
         );
-        assert_eq!(
-            c.dirty_inodes.load(Ordering::Acquire),
-            self.dirty.lock().len() as u64
-        );
-        assert_eq!(self.records.count(), self.records.lock().len() as u64);
+        assert_eq!(c.dirty_inodes.load(Ordering::Acquire), dirty);
+        assert_eq!(self.records.count(), records);
     }
 }
