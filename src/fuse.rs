@@ -45,9 +45,10 @@ pub struct FuseConfig {
     pub dir_cache: DirCache,
     /// With kept listings, answer the first OPENDIR with ENOSYS: the kernel then opens
     /// directories by itself (FUSE_NO_OPENDIR_SUPPORT, handles with FOPEN_CACHE_DIR and
-    /// KEEP_CACHE) and sends no OPENDIR or RELEASEDIR. Off by default: the core keeps a
-    /// removed directory only while it is open, so fstat of an open directory after its
-    /// rmdir would fail (ENOENT) where Linux file systems answer.
+    /// KEEP_CACHE) and sends no OPENDIR or RELEASEDIR. On by default: the core then keeps a
+    /// removed directory while the kernel holds it (kernel_refs.rs), so an open directory
+    /// stays usable after its rmdir, as on Linux file systems; its inode is freed at the
+    /// kernel's FORGET, a moment after the rmdir.
     pub no_opendir: bool,
     /// Answer the first OPEN with ENOSYS: the kernel then opens regular files by itself
     /// (FUSE_NO_OPEN_SUPPORT, handles with FOPEN_KEEP_CACHE) and sends no OPEN, RELEASE or
@@ -100,7 +101,7 @@ impl Default for FuseConfig {
             max_background: 64,
             direct_io: false,
             dir_cache: DirCache::Kept,
-            no_opendir: false,
+            no_opendir: true,
             no_open: false,
             cache_symlinks: true,
             readdirplus: Readdirplus::Auto,

@@ -41,8 +41,8 @@ pub struct MountSettings {
     pub ttl: Option<Duration>,
     /// `dir_cache=off|open|kept`.
     pub dir_cache: Option<DirCache>,
-    /// `noopendir` (`opendir` clears it).
-    pub noopendir: bool,
+    /// `noopendir` (the default) or `opendir`.
+    pub noopendir: Option<bool>,
     /// `noopen` (`open` clears it).
     pub noopen: bool,
     /// `nocache_symlinks` (`cache_symlinks` clears it).
@@ -102,9 +102,9 @@ Mount options (-o OPT[,OPT...], may be repeated; later options win):
   dir_cache=off|open|kept    how long the kernel keeps directory listings: not at all, while
                              the directory is open, or until it changes (the default;
                              strictatime implies off)
-  noopendir, opendir         let the kernel open directories itself (with dir_cache=kept),
-                             or send the opens to DualFS (the default; without them, fstat
-                             of an open directory fails once it is removed)
+  noopendir, opendir         let the kernel open directories itself (the default, with
+                             dir_cache=kept: no OPENDIR/RELEASEDIR requests), or send the
+                             opens to DualFS
   noopen, open               let the kernel open regular files itself, or send the opens to
                              DualFS (the default); not with strictatime. Without them an
                              immutable or append-only file opens for writing and refuses
@@ -274,7 +274,7 @@ fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
         }
         "noopendir" | "opendir" => {
             no_value(key, value)?;
-            s.noopendir = key == "noopendir";
+            s.noopendir = Some(key == "noopendir");
         }
         "noopen" | "open" => {
             no_value(key, value)?;
@@ -502,7 +502,7 @@ impl MountSettings {
             } else {
                 self.dir_cache.unwrap_or(defaults.dir_cache)
             },
-            no_opendir: self.noopendir,
+            no_opendir: self.noopendir.unwrap_or(defaults.no_opendir),
             no_open: self.noopen,
             cache_symlinks: !self.nocache_symlinks,
             readdirplus: self.readdirplus.unwrap_or(defaults.readdirplus),
@@ -609,7 +609,7 @@ mod tests {
         let c = parse(&[]).unwrap().fuse_config();
         assert_eq!(
             (c.dir_cache, c.no_opendir, c.cache_symlinks, c.readdirplus),
-            (DirCache::Kept, false, true, Readdirplus::Auto)
+            (DirCache::Kept, true, true, Readdirplus::Auto)
         );
         let c = parse(&["dir_cache=open,noopendir,nocache_symlinks,readdirplus=always"])
             .unwrap()
