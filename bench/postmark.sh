@@ -92,17 +92,30 @@ LOC=()           # process K's directory (its PostMark's "set location")
 # complete): create, transactions and delete seconds (create counted from T0, when all the
 # processes were started), then PostMark's own total s, tx/s, read and write MB/s.
 parse_log() {
+    # PostMark scales its data rates ("702.12 kilobytes read (351.06 kilobytes per second)"):
+    # every rate is turned into MB/s, and a rate it does not print is 0, so a line always has
+    # seven fields.
     awk -v t0="$2" '
+        function rate(line,   r, f) {
+            if (!match(line, /\([0-9.]+ ([a-z]+ )?per second\)/)) return 0
+            split(substr(line, RSTART + 1, RLENGTH - 2), f, " ")
+            r = f[1]
+            if (f[2] == "bytes") r /= 1048576
+            else if (f[2] == "kilobytes") r /= 1024
+            else if (f[2] == "gigabytes") r *= 1024
+            return r
+        }
+        BEGIN { pmtps = rd = wr = 0 }
         /Creating files\.\.\.Done/ { files = $1 }
         /Performing transactions.*Done/ { tx = $1 }
         /Deleting subdirectories\.\.\.Done/ { del = $1 }
         /seconds total/ { pmtotal = $2 }
-        /seconds of transactions/ { s = $0; sub(/.*\(/, "", s); sub(/ per second.*/, "", s); pmtps = s }
-        /megabytes read/ { s = $0; sub(/.*\(/, "", s); sub(/ megabytes per second.*/, "", s); rd = s }
-        /megabytes written/ { s = $0; sub(/.*\(/, "", s); sub(/ megabytes per second.*/, "", s); wr = s }
+        /seconds of transactions/ { pmtps = rate($0) }
+        /bytes read \(/ { rd = rate($0) }
+        /bytes written \(/ { wr = rate($0) }
         END {
             if (files == "" || tx == "" || del == "" || pmtotal == "") { print "FAIL"; exit }
-            printf "%.3f %.3f %.3f %s %s %s %s\n", files - t0, tx - files, del - tx, pmtotal, pmtps, rd, wr
+            printf "%.3f %.3f %.3f %s %.0f %.3f %.3f\n", files - t0, tx - files, del - tx, pmtotal, pmtps, rd, wr
         }' "$1"
 }
 
