@@ -102,7 +102,11 @@ impl KernelRefs {
         };
         keep.load(Ordering::Acquire)
             && self.on.load(Ordering::Acquire)
-            && self.shard(ino).lock().get(&ino).is_some_and(|h| h.count > 0)
+            && self
+                .shard(ino)
+                .lock()
+                .get(&ino)
+                .is_some_and(|h| h.count > 0)
     }
 
     /// One more reference to `ino`. The caller holds `ino`'s state lock and saw it alive.
@@ -214,11 +218,17 @@ mod tests {
         assert!(!r.keeps(3, libc::S_IFREG), "off until asked");
         r.keep_while_held(true, false);
         assert!(r.keeps(3, libc::S_IFREG | 0o644));
-        assert!(!r.keeps(4, libc::S_IFDIR | 0o755), "directories are opened with OPENDIR");
+        assert!(
+            !r.keeps(4, libc::S_IFDIR | 0o755),
+            "directories are opened with OPENDIR"
+        );
         assert!(!r.keeps(4, libc::S_IFLNK), "nothing opens a symlink");
         r.keep_while_held(false, true);
         assert!(r.keeps(4, libc::S_IFDIR));
-        assert!(!r.keeps(5, libc::S_IFDIR), "a number not held keeps nothing");
+        assert!(
+            !r.keeps(5, libc::S_IFDIR),
+            "a number not held keeps nothing"
+        );
         assert_eq!(r.forget(4, 1), Forgot::LastReference);
         assert!(!r.keeps(4, libc::S_IFDIR));
     }

@@ -60,7 +60,11 @@ fn a_removed_file_the_kernel_opened_unseen_lives_until_its_last_forget() {
     fs.forget(ino, 1);
     assert_eq!(fs.getattr(ino).unwrap().size, 40_000, "one reference left");
     fs.forget(ino, 1);
-    assert_eq!(errno(fs.getattr(ino)), libc::ENOENT, "freed at the last FORGET");
+    assert_eq!(
+        errno(fs.getattr(ino)),
+        libc::ENOENT,
+        "freed at the last FORGET"
+    );
     assert_eq!(free_blocks(&fs), before, "and its blocks with it");
     fs.unmount().unwrap();
     drop(fs);
@@ -75,7 +79,11 @@ fn with_opens_seen_a_removed_file_goes_at_its_last_close_whatever_the_kernel_hol
     let (f, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
     fs.write(f.ino, fh, 0, &[1u8; 20_000]).unwrap();
     fs.unlink(&U, ROOT, b"f").unwrap();
-    assert_eq!(fs.read(f.ino, fh, 0, 3).unwrap(), [1, 1, 1], "open: readable");
+    assert_eq!(
+        fs.read(f.ino, fh, 0, 3).unwrap(),
+        [1, 1, 1],
+        "open: readable"
+    );
     fs.release(f.ino, fh).unwrap();
     assert_eq!(
         errno(fs.getattr(f.ino)),
@@ -83,7 +91,11 @@ fn with_opens_seen_a_removed_file_goes_at_its_last_close_whatever_the_kernel_hol
         "freed at the close though the kernel still holds it"
     );
     assert_eq!(free_blocks(&fs), before, "at once: df right after rm");
-    assert_eq!(fs.kernel_references(), (1, 1), "the number waits for FORGET");
+    assert_eq!(
+        fs.kernel_references(),
+        (1, 1),
+        "the number waits for FORGET"
+    );
     assert_eq!(
         errno(fs.write_as(f.ino, NO_HANDLE, libc::O_WRONLY, 0, b"x", false)),
         libc::EBADF,
@@ -115,7 +127,11 @@ fn a_removed_directory_lives_until_its_last_forget_without_opendir() {
     assert_eq!((a.kind, a.nlink), (FileKind::Directory, 0));
     assert_eq!(errno(fs.mkdir(&U, dir.ino, b"sub", 0o755)), libc::ENOENT);
     fs.sync_log().unwrap();
-    assert_eq!(fs.getattr(dir.ino).unwrap().nlink, 0, "kept across a log write");
+    assert_eq!(
+        fs.getattr(dir.ino).unwrap().nlink,
+        0,
+        "kept across a log write"
+    );
     fs.forget(dir.ino, 1);
     assert_eq!(errno(fs.getattr(dir.ino)), libc::ENOENT);
     // A file is freed at once: the kernel sends OPEN for files.
@@ -166,8 +182,15 @@ fn writes_through_unseen_opens_check_the_flags_and_follow_o_append() {
     fs.kernel_opens_unseen(true, false);
     let ino = unseen_file(&fs, b"f", 10);
     // O_APPEND from the request: written at the end, whatever offset the kernel sent.
-    fs.write_as(ino, NO_HANDLE, libc::O_WRONLY | libc::O_APPEND, 0, b"ab", false)
-        .unwrap();
+    fs.write_as(
+        ino,
+        NO_HANDLE,
+        libc::O_WRONLY | libc::O_APPEND,
+        0,
+        b"ab",
+        false,
+    )
+    .unwrap();
     assert_eq!(fs.getattr(ino).unwrap().size, 12);
     assert_eq!(fs.read(ino, NO_HANDLE, 10, 2).unwrap(), b"ab");
     fs.set_inode_flags(&Caller::ROOT, ino, FLAG_APPEND).unwrap();
@@ -185,18 +208,29 @@ fn writes_through_unseen_opens_check_the_flags_and_follow_o_append() {
         libc::EPERM,
         "an O_TRUNC open arrives as this truncate"
     );
-    fs.write_as(ino, NO_HANDLE, libc::O_WRONLY | libc::O_APPEND, 0, b"c", false)
-        .unwrap();
+    fs.write_as(
+        ino,
+        NO_HANDLE,
+        libc::O_WRONLY | libc::O_APPEND,
+        0,
+        b"c",
+        false,
+    )
+    .unwrap();
     fs.set_inode_flags(&Caller::ROOT, ino, FLAG_IMMUTABLE)
         .unwrap();
     assert_eq!(
-        errno(fs.write_as(ino, NO_HANDLE, libc::O_WRONLY | libc::O_APPEND, 0, b"x", false)),
+        errno(fs.write_as(
+            ino,
+            NO_HANDLE,
+            libc::O_WRONLY | libc::O_APPEND,
+            0,
+            b"x",
+            false
+        )),
         libc::EPERM
     );
-    assert_eq!(
-        errno(fs.fallocate(ino, NO_HANDLE, 0, 4096, 0)),
-        libc::EPERM
-    );
+    assert_eq!(errno(fs.fallocate(ino, NO_HANDLE, 0, 4096, 0)), libc::EPERM);
     fs.set_inode_flags(&Caller::ROOT, ino, 0).unwrap();
     assert_eq!(fs.getattr(ino).unwrap().size, 13);
     fs.unmount().unwrap();

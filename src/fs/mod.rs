@@ -392,9 +392,9 @@ mod falloc_tests;
 #[cfg(test)]
 mod flags_tests;
 #[cfg(test)]
-mod lock_tests;
-#[cfg(test)]
 mod lifetime_tests;
+#[cfg(test)]
+mod lock_tests;
 #[cfg(test)]
 mod node_id_tests;
 #[cfg(test)]
