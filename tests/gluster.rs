@@ -50,8 +50,13 @@ const BRICKS: usize = 4;
 const VICTIM: usize = 1;
 /// How long Gluster gets for any one state change (brick down/up, heal).
 const WAIT: Duration = Duration::from_secs(90);
-/// How long the self-heal gets.
-const HEAL_WAIT: Duration = Duration::from_secs(300);
+/// How long the self-heal may go without healing anything: a heal that is stuck fails the
+/// test then. Its speed is the machine's: the same heal took 61 s on a quiet machine and
+/// more than 300 s beside two builds (the self-heal daemon heals one small file at a time,
+/// each with several round trips through the brick's server and its DualFS).
+const HEAL_STALL: Duration = Duration::from_secs(120);
+/// How long the self-heal gets in all, however it progresses.
+const HEAL_WAIT: Duration = Duration::from_secs(900);
 
 /// `gluster --mode=script ARGS`: Ok(stdout) or Err(everything it said).
 fn gluster(args: &[&str]) -> Result<String, String> {
@@ -379,6 +384,10 @@ impl Volume {
     fn heal(&self) {
         let start = Instant::now();
         let mut last_launch: Option<Instant> = None;
+        // The entries to heal at the last reading, and when a reading last went down (a full
+        // crawl may add entries as it finds them).
+        let mut last_count = u64::MAX;
+        let mut progress = Instant::now();
         loop {
             if last_launch.is_none_or(|t| t.elapsed() > Duration::from_secs(15)) {
                 gluster_ok(&["volume", "heal", &self.name]);
@@ -405,8 +414,24 @@ impl Volume {
             if pending.len() == self.bricks.len()
                 && pending.iter().all(|l| l.trim() == "Number of entries: 0")
             {
+                eprintln!("healed in {:.1?}", start.elapsed());
                 return;
             }
+            if pending.len() == self.bricks.len() {
+                let count: u64 = pending
+                    .iter()
+                    .filter_map(|l| l.trim().rsplit(' ').next()?.parse::<u64>().ok())
+                    .sum();
+                if count < last_count {
+                    progress = Instant::now();
+                }
+                last_count = count;
+            }
+            assert!(
+                progress.elapsed() < HEAL_STALL,
+                "heal stuck: no entry healed for {HEAL_STALL:?} ({:.0?} in all):\n{info}",
+                start.elapsed()
+            );
             assert!(
                 start.elapsed() < HEAL_WAIT,
                 "heal not done after {HEAL_WAIT:?}:\n{info}"

@@ -946,3 +946,121 @@ fn a_cleaning_pass_leaves_the_working_set_cached() {
     fs.unmount().unwrap();
     assert_checks(&*meta, &*data, "after the pass");
 }
+
+/// A small log filled with small files (inodes and directory entries only: the inode map
+/// grows with them, and the inode blocks are full while the usage table counts 15/16 of
+/// their bytes) is refused by its live limit, not by cleaning that cannot gain; and from
+/// there, deletes give room back at once and cleaning keeps up with churn. Before the
+/// limit counted inodes by the blocks they fill and the meta files' growth, and before a
+/// pass ran the best prefix of its victims, writers got ENOSPC with "nothing worth
+/// cleaning" at 96% of the limit, and 2,000 deletes did not let a mkdir through.
+#[test]
+fn a_log_of_small_files_is_refused_by_its_live_limit_and_keeps_up_with_churn() {
+    let meta = Arc::new(MemDevice::new(64 << 20));
+    let data = Arc::new(MemDevice::new(64 << 20));
+    mkfs(meta.clone(), data.clone(), &MkfsParams::default()).unwrap();
+    let fs = mount(meta.clone(), data.clone());
+    let mut dirs: Vec<u64> = Vec::new();
+    let mut dir_names: BTreeMap<u64, String> = BTreeMap::new();
+    let mut files: Vec<(u64, String)> = Vec::new();
+    let mut next = 0u64;
+    // 100 files to a directory, as a tree of small files.
+    let mut make = |fs: &Fs,
+                    dirs: &mut Vec<u64>,
+                    dir_names: &mut BTreeMap<u64, String>|
+     -> Result<(u64, String)> {
+        let n = next;
+        if n % 100 == 0 {
+            let name = format!("d{}", n / 100);
+            let a = fs.mkdir(&U, ROOT, name.as_bytes(), 0o755)?;
+            dirs.push(a.ino);
+            dir_names.insert(a.ino, name);
+        }
+        next += 1;
+        let dir = *dirs.last().unwrap();
+        let name = format!("f{n}");
+        let (a, fh) = fs.create(&U, dir, name.as_bytes(), 0o644, libc::O_WRONLY)?;
+        fs.release(a.ino, fh).unwrap();
+        Ok((dir, name))
+    };
+    let no_futile_refusal = |fs: &Fs, when: &str| {
+        assert!(
+            fs.cleaner.futile.lock().is_none(),
+            "{when}: a writer was refused below the live limit (nothing worth cleaning): {:?}",
+            fs.cleaner_status()
+        );
+    };
+    let err = loop {
+        match make(&fs, &mut dirs, &mut dir_names) {
+            Ok(f) => files.push(f),
+            Err(e) => break e,
+        }
+        assert!(files.len() < 1_000_000, "never full");
+    };
+    assert!(matches!(err, FsError::Errno(libc::ENOSPC)), "{err}");
+    no_futile_refusal(&fs, "at the first ENOSPC");
+    // The limit held what was admitted, and was nearly reached (within two segments).
+    fs.sync().unwrap();
+    let sp = fs.space();
+    let packed = fs.live_bytes_packed();
+    let seg = 256 * BS;
+    assert!(packed <= sp.live_limit_bytes, "{packed} over {sp:?}");
+    assert!(
+        packed + 2 * seg >= sp.live_limit_bytes,
+        "{packed} far below {sp:?}"
+    );
+    assert!(sp.clean >= sp.reserve, "{sp:?}");
+    assert_checks(&*meta, &*data, "at the live limit");
+
+    // Churn: 20 random directories of 100 files removed (a tree of small files goes as a
+    // whole), a mkdir at once, 2,000 creates (as far as the limit lets them). (Files deleted
+    // one by one at random instead leave every segment equally full, where no pass within
+    // the reserve gains: "The live limit" in docs/DESIGN.md.)
+    let passes_before = fs.cleaner_counters().passes;
+    let (mut seed, mut deleted, mut created) = (7u64, 0usize, 0usize);
+    for round in 0..8 {
+        let mut gone = 0;
+        while gone < 2000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let victim = files[(seed >> 33) as usize % files.len()].0;
+            let (dead, kept): (Vec<_>, Vec<_>) = files.drain(..).partition(|f| f.0 == victim);
+            files = kept;
+            for (d, name) in &dead {
+                fs.unlink(&U, *d, name.as_bytes()).unwrap();
+            }
+            gone += dead.len();
+            deleted += dead.len();
+            if let Some(name) = dir_names.remove(&victim) {
+                fs.rmdir(&U, ROOT, name.as_bytes()).unwrap();
+            }
+        }
+        fs.mkdir(&U, ROOT, format!("m{round}").as_bytes(), 0o755)
+            .unwrap_or_else(|e| panic!("round {round}: mkdir after 2,000 deletes: {e}"));
+        for _ in 0..2000 {
+            match make(&fs, &mut dirs, &mut dir_names) {
+                Ok(f) => {
+                    files.push(f);
+                    created += 1;
+                }
+                Err(FsError::Errno(libc::ENOSPC)) => {}
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+        no_futile_refusal(&fs, &format!("round {round}"));
+    }
+    let c = fs.cleaner_counters();
+    assert!(
+        c.passes > passes_before,
+        "churn at the limit ran no cleaning pass: {c:?}"
+    );
+    // Deleted entries free no tree block until their leaf empties, so new files take a
+    // little more than old ones gave back; most of the room comes back all the same.
+    assert!(
+        created * 2 > deleted,
+        "{created} files created after {deleted} deletes"
+    );
+    fs.unmount().unwrap();
+    assert_checks(&*meta, &*data, "after churn at the limit");
+}

@@ -186,6 +186,10 @@ pub(crate) struct Space {
     /// blocks and operations in flight (rewrites of what is already live add nothing; new
     /// inodes and nodes of a flush interval are not counted: the live limit is a soft one).
     pub growth: u64,
+    /// Blocks the dirty inodes and tree nodes fill once written (new ones add to the live
+    /// bytes; a bound, since rewrites add nothing): the live limit counts them, so a burst of
+    /// creates within one flush interval does not run past it.
+    pub dirty_blocks: u64,
     /// Blocks a clean segment takes of a write.
     pub seg_eff: u64,
     pub reserve: u64,
@@ -355,6 +359,10 @@ impl Fs {
         };
 
         let mut acc = CostAcc::default();
+        // What the first k victims make the log write, for each k: the pass runs the prefix
+        // that gains most (victims come best first, but one full of meta blocks or inodes can
+        // cost more than it frees, and must not sink the ones before it).
+        let mut prefixes: Vec<CostAcc> = Vec::new();
         let mut scans: Vec<SegmentScan> = Vec::new();
         let mut seen = BTreeSet::new();
         let mut misfits = 0;
@@ -381,11 +389,45 @@ impl Fs {
                 misfits += 1;
                 continue;
             }
+            prefixes.push(trial.clone());
             acc = trial;
             scans.push(scan);
         }
         rep.refused
             .extend(candidates.map(|s| (s, "the pass is full".to_string())));
+        // A whole segment back now, or more blocks freed than written: then the clean
+        // segments do not drop (the writes take at most k of them) and the head's segment
+        // fills, so later passes gain. Of the prefixes that do, the one that gains most (the
+        // longest of equals).
+        let margin = |k: u64, bound: u64| -> Option<u64> {
+            match gain {
+                Gain::Segment => k.checked_sub(consumed(bound)).filter(|&m| m > 0),
+                Gain::Blocks => (k * g.seg_eff()).checked_sub(bound).filter(|&m| m > 0),
+            }
+        };
+        let best = {
+            let t = self.tables.lock();
+            let mut best: Option<(u64, usize)> = None;
+            for (i, p) in prefixes.iter().enumerate() {
+                if let Some(m) = margin(i as u64 + 1, p.bound(&t, &g)) {
+                    if best.is_none_or(|(bm, _)| m >= bm) {
+                        best = Some((m, i + 1));
+                    }
+                }
+            }
+            best.map_or(0, |(_, k)| k)
+        };
+        if best > 0 && best < scans.len() {
+            for s in scans.drain(best..) {
+                rep.refused
+                    .push((s.seg, "cleaning it too would gain less".into()));
+            }
+        }
+        let acc = if best > 0 {
+            prefixes.swap_remove(best - 1)
+        } else {
+            acc
+        };
         // The bound and the checkpoints' claims are fixed now: the victims' items decide
         // them, and the pass changes no meta file's shape.
         let (bound, first_claim, second_claim) = {
@@ -396,15 +438,7 @@ impl Fs {
                 acc.second_checkpoint(&t, &g),
             )
         };
-        let k = scans.len() as u64;
-        // A whole segment back now, or more blocks freed than written: then the clean
-        // segments do not drop (the writes take at most k of them) and the head's segment
-        // fills, so later passes gain.
-        let gains = match gain {
-            Gain::Segment => k > consumed(bound),
-            Gain::Blocks => k * g.seg_eff() > bound,
-        };
-        if scans.is_empty() || !gains {
+        if scans.is_empty() || best == 0 || margin(best as u64, bound).is_none() {
             for s in scans.drain(..) {
                 rep.refused
                     .push((s.seg, "cleaning would not gain a segment".into()));
@@ -642,7 +676,10 @@ impl Fs {
             cleaner_reserve: sp.cleaner_reserve,
             live_bytes: live,
             utilization: live as f64 / ((self.sb.segments - 1) * segment_bytes) as f64,
-            live_limit_bytes: sp.live_limit_bytes,
+            // In the units of `live_bytes` (the limit counts inodes by the blocks they fill).
+            live_limit_bytes: sp.live_limit_bytes.saturating_sub(
+                self.inode_slack_bytes(self.cleaner.counts.applied_inodes.load(Ordering::Acquire)),
+            ),
             idle_secs: self.idle_secs(),
             daemons: self.cleaner.daemons.load(Ordering::Acquire),
             thresholds: self.thresholds(),

@@ -18,6 +18,9 @@ pub(crate) struct RoomCounts {
     pub meta_total: AtomicU64,
     /// What the next checkpoint writes as things are (`meta_dirty_blocks`).
     pub meta_dirty: AtomicU64,
+    /// Meta-file blocks (and meta-indirect blocks) never written: the next checkpoint adds
+    /// them to the live bytes (a rewritten one only replaces its old copy).
+    pub meta_unwritten: AtomicU64,
     /// Meta-indirect blocks of all three meta files.
     pub meta_indirect: AtomicU64,
     /// Allocated inodes by the tables (the applied transactions).
@@ -51,6 +54,15 @@ impl Fs {
             .map(|&id| metafile(t, id).indirect.len() as u64)
             .sum();
         c.meta_indirect.store(indirect, Ordering::Release);
+        let unwritten: usize = [IFILE_ID, BITMAP_ID, NODEMAP_ID]
+            .iter()
+            .map(|&id| {
+                let f = metafile(t, id);
+                f.blocks.iter().filter(|&&a| a == 0).count()
+                    + f.indirect.values().filter(|&&a| a == 0).count()
+            })
+            .sum();
+        c.meta_unwritten.store(unwritten as u64, Ordering::Release);
         c.applied_inodes
             .store(t.ifile.live_inodes, Ordering::Release);
     }

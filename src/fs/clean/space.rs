@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::format::inode::inodes_per_block;
+use crate::format::meta::entries16_per_block;
 use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED};
 use crate::fs::Fs;
 use crate::{FsError, Result};
@@ -35,8 +36,26 @@ impl Fs {
     /// one for operations in flight.
     pub fn cleaner_reserve(&self) -> u64 {
         let g = self.geometry();
-        let meta_total = self.cleaner.counts.meta_total.load(Ordering::Acquire);
+        // With what the meta files grow by once what is dirty is applied: writers admitted
+        // between two flushes must not take the room the grown reserve then lacks.
+        let meta_total =
+            self.cleaner.counts.meta_total.load(Ordering::Acquire) + self.pending_meta_growth();
         g.pass_bound(1, meta_total).div_ceil(g.seg_eff()) + 1
+    }
+
+    /// Blocks the meta files grow by when what is dirty now is applied, at most: the
+    /// inode-map blocks of new inodes and the node-map blocks of new nodes (live from the
+    /// checkpoint after them on).
+    fn pending_meta_growth(&self) -> u64 {
+        let c = &self.cleaner.counts;
+        let inodes = c
+            .dirty_inodes
+            .load(Ordering::Acquire)
+            .saturating_sub(c.tombstones.load(Ordering::Acquire));
+        // With a meta-indirect block each.
+        inodes.div_ceil(entries16_per_block(self.sb.block_size) as u64)
+            + (self.tree.dirty_count() as u64).div_ceil(self.ppb)
+            + 2
     }
 
     /// Clean segments kept back from writers: they get ENOSPC before touching them. Deletes
@@ -45,14 +64,30 @@ impl Fs {
         self.cleaner_reserve() + DELETE_SEGMENTS
     }
 
-    /// Live bytes writers may reach: beyond it they get ENOSPC, because cleaning a log that
-    /// full would cost more than it gains. A twentieth of the log (at least two segments)
-    /// stays free beyond the reserve.
+    /// Live bytes writers may reach (as `live_bytes_packed` counts them): beyond it they get
+    /// ENOSPC, because cleaning a log that full would cost more than it gains. A twentieth of
+    /// the log (at least two segments) stays free beyond the reserve.
     pub(super) fn live_limit_bytes(&self, reserve: u64) -> u64 {
         let g = self.geometry();
         let log = self.sb.segments - 1;
         let gap = (log / 20).max(2);
         log.saturating_sub(reserve + gap) * g.seg_eff() * g.block_size
+    }
+
+    /// Live bytes as the blocks they fill count them: an `INODES` block holds `ipb` inodes
+    /// of `Ifile::INODE_BYTES`, less than a block, and the usage table counts only those
+    /// bytes; the rest of the block is taken all the same. Without this, a log of small
+    /// files was promised room up to a limit its blocks could not hold (no pass gained).
+    pub(crate) fn live_bytes_packed(&self) -> u64 {
+        let inodes = self.cleaner.counts.applied_inodes.load(Ordering::Acquire);
+        self.live_bytes_total() + self.inode_slack_bytes(inodes)
+    }
+
+    /// The part of their blocks `inodes` inodes take beyond their live bytes.
+    pub(crate) fn inode_slack_bytes(&self, inodes: u64) -> u64 {
+        let g = self.geometry();
+        let slack = g.block_size - g.ipb * crate::meta::ifile::Ifile::INODE_BYTES as u64;
+        inodes * slack / g.ipb
     }
 
     /// Upper bound of the log blocks that writing everything pending now takes, with the
@@ -87,11 +122,23 @@ impl Fs {
         let c = &self.cleaner.counts;
         let cleaner_reserve = self.cleaner_reserve();
         let reserve = cleaner_reserve + DELETE_SEGMENTS;
+        let dirty_inodes = c
+            .dirty_inodes
+            .load(Ordering::Acquire)
+            .saturating_sub(c.tombstones.load(Ordering::Acquire));
+        let nodes = self.tree.dirty_count() as u64;
         Space {
             clean: c.clean.load(Ordering::Acquire),
             pending: self.pending_blocks(),
             growth: self.cleaner.charged.load(Ordering::Acquire)
                 + self.cleaner.inflight.load(Ordering::Acquire),
+            // Inode blocks, tree nodes, and the meta blocks the next checkpoint writes for the
+            // first time (the IFile grows by the inode map of new inodes): those become live
+            // only then.
+            dirty_blocks: dirty_inodes.div_ceil(g.ipb)
+                + nodes
+                + c.meta_unwritten.load(Ordering::Acquire)
+                + self.pending_meta_growth(),
             seg_eff: g.seg_eff(),
             reserve,
             cleaner_reserve,
@@ -122,9 +169,9 @@ impl Fs {
         let most = (self.sb.segments - 1 - sp.clean.min(self.sb.segments - 1))
             * self.sb.segment_blocks as u64
             * bs;
-        let growth = sp.growth * bs;
+        let growth = (sp.growth + sp.dirty_blocks) * bs;
         most + growth <= sp.live_limit_bytes
-            || self.live_bytes_total() + growth <= sp.live_limit_bytes
+            || self.live_bytes_packed() + growth <= sp.live_limit_bytes
     }
 
     /// Admit an operation that changes the file system. Called before the operation takes
@@ -182,7 +229,7 @@ impl Fs {
         }
         let key = (
             self.clean_segments_count(),
-            self.live_bytes_total(),
+            self.live_bytes_packed(),
             self.cleaner.deletes.load(Ordering::Acquire),
         );
         let enospc = || {
@@ -191,7 +238,7 @@ impl Fs {
         };
         if op != Admit::Delete {
             let sp = self.space();
-            let growth = sp.growth * self.sb.block_size as u64;
+            let growth = (sp.growth + sp.dirty_blocks) * self.sb.block_size as u64;
             if key.1 + growth > sp.live_limit_bytes {
                 log::debug!(
                     "{op:?}: {} live bytes and {growth} pending reach the limit of {}: ENOSPC",
@@ -242,13 +289,13 @@ impl Fs {
             sp.clean,
             sp.reserve,
             sp.pending,
-            self.live_bytes_total(),
+            self.live_bytes_packed(),
             sp.live_limit_bytes
         );
         if op != Admit::Delete {
             *self.cleaner.futile.lock() = Some((
                 self.clean_segments_count(),
-                self.live_bytes_total(),
+                self.live_bytes_packed(),
                 self.cleaner.deletes.load(Ordering::Acquire),
             ));
         }
@@ -269,7 +316,7 @@ impl Fs {
         // is none, whatever the estimate below would say.
         let now = (
             self.clean_segments_count(),
-            self.live_bytes_total(),
+            self.live_bytes_packed(),
             self.cleaner.deletes.load(Ordering::Acquire),
         );
         if *self.cleaner.futile.lock() == Some(now) {
@@ -298,13 +345,20 @@ impl Fs {
             (live, dead)
         };
         let applied = self.cleaner.counts.applied_inodes.load(Ordering::Acquire);
+        let live = live + self.inode_slack_bytes(applied);
         let per = self.file_log_bytes();
         let made = in_use.saturating_sub(applied) * per;
         let freed = applied.saturating_sub(in_use) * per;
         // The clean room already has the pending inodes' blocks taken off (pending).
         let clean_room =
             (sp.clean.saturating_sub(sp.reserve) * sp.seg_eff * bs).saturating_sub(sp.pending * bs);
-        let by_limit = (sp.live_limit_bytes + freed).saturating_sub(live + made + sp.growth * bs);
+        // Meta-file blocks never written become live at the next checkpoint (admission counts
+        // them too).
+        let meta_new = (self.cleaner.counts.meta_unwritten.load(Ordering::Acquire)
+            + self.pending_meta_growth())
+            * bs;
+        let by_limit =
+            (sp.live_limit_bytes + freed).saturating_sub(live + made + meta_new + sp.growth * bs);
         by_limit.min(clean_room + dead + freed)
     }
 
