@@ -43,6 +43,10 @@ impl Rank {
     pub const INODE_STATE: Rank = Rank(9);
     /// The leaves: maps, tables, caches, counters; none is taken while another is held.
     pub const LEAF: Rank = Rank(10);
+    /// A device fence's `cut`, held shared by each write and flush while it runs (across the
+    /// I/O, by design): taken last, under whatever the writing thread holds, and nothing is
+    /// taken under it.
+    pub const FENCE: Rank = Rank(11);
 }
 
 /// Whether this build checks the lock order (debug builds, unit tests, the `lockcheck`
@@ -377,10 +381,41 @@ impl<T> ArcMutex<T> {
     }
 }
 
+/// A condition variable for a `Mutex` of this module (parking_lot's). A thread waiting on it
+/// keeps the mutex counted as held, as it holds it again when the wait returns: a wait is no
+/// device I/O, and the waiting thread takes nothing meanwhile.
+#[derive(Default)]
+pub struct Condvar {
+    inner: parking_lot::Condvar,
+}
+
+impl Condvar {
+    pub const fn new() -> Condvar {
+        Condvar {
+            inner: parking_lot::Condvar::new(),
+        }
+    }
+
+    /// Wait for a notification or `timeout`, releasing the mutex meanwhile.
+    pub fn wait_for<T>(
+        &self,
+        guard: &mut Guard<parking_lot::MutexGuard<'_, T>>,
+        timeout: std::time::Duration,
+    ) -> parking_lot::WaitTimeoutResult {
+        self.inner.wait_for(&mut guard.inner, timeout)
+    }
+
+    pub fn notify_all(&self) -> usize {
+        self.inner.notify_all()
+    }
+}
+
 /// A reader-writer lock never held across device I/O (by default a leaf, `Rank::LEAF`).
 pub struct RwLock<T> {
     name: &'static str,
     rank: Rank,
+    /// May be held across I/O (the rows of the table that say so): ranked, not counted.
+    io: bool,
     inner: parking_lot::RwLock<T>,
 }
 
@@ -393,6 +428,17 @@ impl<T> RwLock<T> {
         RwLock {
             name,
             rank,
+            io: false,
+            inner: parking_lot::RwLock::new(value),
+        }
+    }
+
+    /// A lock that may be held across device I/O: only its place in the order is checked.
+    pub const fn across_io(name: &'static str, rank: Rank, value: T) -> RwLock<T> {
+        RwLock {
+            name,
+            rank,
+            io: true,
             inner: parking_lot::RwLock::new(value),
         }
     }
@@ -403,7 +449,7 @@ impl<T> RwLock<T> {
             rank: self.rank,
             key: 0,
             name: self.name,
-            no_io: true,
+            no_io: !self.io,
         }
     }
 

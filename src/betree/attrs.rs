@@ -101,6 +101,42 @@ impl BeTree {
         }
     }
 
+    /// The message `attr_set` of `value` under `key` applies, for `preload`: a long value's
+    /// blocks are named by placeholder ids (their number, not their values, sizes the message,
+    /// and the message, not the blocks, decides which nodes the mutation reads).
+    pub fn attr_set_message(&self, key: Key, value: &[u8]) -> Message {
+        let bs = self.policy.block_size;
+        let stored = if value.len() <= attr_inline_max(bs) {
+            AttrValue::Inline(Arc::from(value))
+        } else {
+            let n = value.len().div_ceil(value_bytes_per_block(bs));
+            AttrValue::Blocks {
+                len: value.len() as u32,
+                ids: Arc::from(vec![0u64; n]),
+            }
+        };
+        Message {
+            key,
+            op: MessageOp::Insert(Value::Attr(stored)),
+        }
+    }
+
+    /// The message `attr_remove` applies, for `preload`.
+    pub fn attr_remove_message(&self, key: Key) -> Message {
+        Message {
+            key,
+            op: MessageOp::Delete,
+        }
+    }
+
+    /// The message `delete_range` applies, for `preload`.
+    pub fn delete_range_message(&self, lower: Key, upper: Key) -> Message {
+        Message {
+            key: lower,
+            op: MessageOp::DeleteRange(upper),
+        }
+    }
+
     /// Store `value` under `key` (replacing what is there): inline when short, else in new
     /// `VALUE` blocks of inode `owner`. `replaced` are the value blocks of the record it
     /// replaces, freed in the same mutation.

@@ -2,11 +2,12 @@
 //! the bookkeeping that lets a load done without locks tell whether it went stale.
 //!
 //! Lives inside the tree's `RwLock`. Reads (`node`) need only the shared lock: the clock's
-//! reference bits are atomics and pins sit behind their own small mutex.
+//! reference bits are atomics and pins sit behind their own small mutex (a lockcheck leaf:
+//! taken under the tree's state lock, nothing under it, never across I/O).
 
 use super::node::Node;
 use crate::format::ROOT_NODE_ID;
-use parking_lot::Mutex;
+use crate::lockcheck::Mutex;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,7 +26,6 @@ pub(crate) struct CachedNode {
     referenced: AtomicBool,
 }
 
-#[derive(Default)]
 pub(crate) struct NodeCache {
     entries: HashMap<u64, CachedNode>,
     /// Clock hand order; may hold ids no longer cached (skipped) or twice (harmless).
@@ -40,6 +40,20 @@ pub(crate) struct NodeCache {
     removals: u64,
     /// The last `REMOVAL_MEMORY` removals as (removal number, id).
     recent_removals: VecDeque<(u64, u64)>,
+}
+
+impl Default for NodeCache {
+    fn default() -> NodeCache {
+        NodeCache {
+            entries: HashMap::new(),
+            clock: VecDeque::new(),
+            dirty: BTreeSet::new(),
+            in_flight: HashMap::new(),
+            pins: Mutex::new("tree node pins", HashMap::new()),
+            removals: 0,
+            recent_removals: VecDeque::new(),
+        }
+    }
 }
 
 impl NodeCache {

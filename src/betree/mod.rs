@@ -87,6 +87,7 @@ mod txn;
 #[cfg(test)]
 mod tests;
 
+pub use crate::format::node::Message;
 pub use crate::format::node::{AttrValue, DirValue, Key, Value};
 pub use check::TreeStats;
-pub use tree::{BeTree, DirtyNodes, DirtySnapshots, EntryVisitor, NodeLoader, ScanItem};
+pub use tree::{BeTree, DirtyNodes, DirtySnapshots, EntryVisitor, NodeLoader, Preloaded, ScanItem};

@@ -172,6 +172,19 @@ impl Drop for Pins<'_> {
     }
 }
 
+/// Nodes a coming mutation will need, loaded and pinned by `BeTree::preload`: they stay
+/// cached while this lives, so the mutation, run meanwhile on an unchanged tree, does no I/O.
+pub struct Preloaded<'a> {
+    _pins: Pins<'a>,
+}
+
+impl Preloaded<'_> {
+    /// How many nodes it keeps cached (tests).
+    pub fn pinned(&self) -> usize {
+        self._pins.ids.len()
+    }
+}
+
 /// How often a load that failed while the tree kept changing is retried before giving up.
 const MAX_RETRIED_FAILURES: u32 = 16;
 
@@ -311,6 +324,88 @@ impl BeTree {
                 op: MessageOp::Delete,
             },
         )
+    }
+
+    /// The message `insert` applies (for `preload`).
+    pub fn insert_message(&self, dir: u64, name: &[u8], v: DirValue) -> Result<Message> {
+        Ok(Message {
+            key: self.key(dir, name)?,
+            op: MessageOp::Insert(Value::Entry(v)),
+        })
+    }
+
+    /// The message `remove` applies (for `preload`).
+    pub fn remove_message(&self, dir: u64, name: &[u8]) -> Result<Message> {
+        Ok(Message {
+            key: self.key(dir, name)?,
+            op: MessageOp::Delete,
+        })
+    }
+
+    /// Make resident, with no lock held, every node that applying `messages` (in order, as
+    /// one mutation) to the tree as it is now would read — the nodes of the whole flush
+    /// cascade, not only the root — and keep them cached while the result lives. A mutation
+    /// of the file system calls it before it takes the gate, so that its tree changes, made
+    /// under the gate, find everything cached and do no device I/O there (docs/DESIGN.md,
+    /// "What still holds the gate shared across I/O"). It is a dry run: computed like the
+    /// mutation under the shared lock (loading what it misses as a mutation does), never
+    /// committed. Only a concurrent mutation that reshapes the path between this call and
+    /// the mutation can make the mutation need a node this did not load.
+    pub fn preload(&self, ld: &dyn NodeLoader, messages: &[Message]) -> Result<Preloaded<'_>> {
+        let mut pins = self.pins();
+        if messages.is_empty() {
+            return Ok(Preloaded { _pins: pins });
+        }
+        loop {
+            let state = self.state.read();
+            // The common case: the root (never evicted) takes the message as it is.
+            if let [message] = messages {
+                if self.fits_root(&state, message) {
+                    return Ok(Preloaded { _pins: pins });
+                }
+            }
+            let mut txn = Txn::new(&state, &self.policy);
+            match messages
+                .iter()
+                .try_for_each(|m| txn.apply_at_root(m.clone()))
+            {
+                Ok(()) => {
+                    for id in txn.visited() {
+                        state.cache.pin(id);
+                        pins.ids.push(id);
+                    }
+                    return Ok(Preloaded { _pins: pins });
+                }
+                Err(Stop::Fail(e)) => return Err(e),
+                Err(Stop::Miss(id)) => {
+                    let mark = state.mark();
+                    drop(txn);
+                    drop(state);
+                    self.load(ld, id, mark, &mut pins)?;
+                }
+            }
+        }
+    }
+
+    /// `preload` of one node by id (the cleaner's `mark_dirty` of a node it moves): loaded if
+    /// it is a node of the tree and not cached, and pinned.
+    pub fn preload_node(&self, ld: &dyn NodeLoader, id: u64) -> Result<Preloaded<'_>> {
+        let mut pins = self.pins();
+        loop {
+            let mark = {
+                let state = self.state.read();
+                if !state.ids.in_use(id) {
+                    return Ok(Preloaded { _pins: pins });
+                }
+                if state.cache.contains(id) {
+                    state.cache.pin(id);
+                    pins.ids.push(id);
+                    return Ok(Preloaded { _pins: pins });
+                }
+                state.mark()
+            };
+            self.load(ld, id, mark, &mut pins)?;
+        }
     }
 
     /// Entries of `dir` with hash >= `start_hash`, in key order, at most `max` — except that
@@ -519,16 +614,21 @@ impl BeTree {
         }
     }
 
-    /// The common case: the root is cached and takes the message without overflowing.
-    pub(crate) fn apply_in_place(&self, message: &Message) -> bool {
-        let mut state = self.state.write();
-        let fits = match state.cache.node(ROOT) {
+    /// Does the root take `message` in place (cached, and not overflowing with it)?
+    fn fits_root(&self, state: &TreeState, message: &Message) -> bool {
+        match state.cache.node(ROOT) {
             Some(root) => {
                 root.size_with(message) <= self.policy.block_size
                     && !root.structure_overfull(&self.policy)
             }
             None => false,
-        };
+        }
+    }
+
+    /// The common case: the root is cached and takes the message without overflowing.
+    pub(crate) fn apply_in_place(&self, message: &Message) -> bool {
+        let mut state = self.state.write();
+        let fits = self.fits_root(&state, message);
         if fits {
             state
                 .cache

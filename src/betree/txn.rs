@@ -11,6 +11,7 @@ use super::node::Node;
 use super::policy::Policy;
 use super::tree::TreeState;
 use crate::FsError;
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Why a mutation or a read stopped before finishing.
@@ -51,6 +52,8 @@ pub(crate) struct Txn<'a> {
     free_cursor: u64,
     next_id: u64,
     freed: Vec<u64>,
+    /// Ids read from the cache (taken or peeked), in order: what a dry run (`preload`) pins.
+    visited: RefCell<Vec<u64>>,
 }
 
 impl<'a> Txn<'a> {
@@ -63,7 +66,13 @@ impl<'a> Txn<'a> {
             free_cursor: 0,
             next_id: state.ids.next(),
             freed: Vec::new(),
+            visited: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The ids this transaction read from the cache so far.
+    pub fn visited(&self) -> Vec<u64> {
+        self.visited.borrow().clone()
     }
 
     /// Take node `id` out to change it; `put` it back (or `free` it) before finishing.
@@ -73,7 +82,10 @@ impl<'a> Txn<'a> {
             Some(Slot::Taken) => panic!("node {id} taken twice"),
             Some(Slot::Freed) => panic!("node {id} used after it was freed"),
             None => match self.state.cache.node(id) {
-                Some(node) => Ok(Node::clone(node)),
+                Some(node) => {
+                    self.visited.borrow_mut().push(id);
+                    Ok(Node::clone(node))
+                }
                 None => {
                     self.slots.remove(&id);
                     Err(Stop::Miss(id))
@@ -102,12 +114,11 @@ impl<'a> Txn<'a> {
             Some(Slot::Present(node)) => Ok(node),
             Some(Slot::Taken) => panic!("node {id} is taken"),
             Some(Slot::Freed) => panic!("node {id} used after it was freed"),
-            None => self
-                .state
-                .cache
-                .node(id)
-                .map(|node| &**node)
-                .ok_or(Stop::Miss(id)),
+            None => {
+                let node = self.state.cache.node(id).ok_or(Stop::Miss(id))?;
+                self.visited.borrow_mut().push(id);
+                Ok(&**node)
+            }
         }
     }
 

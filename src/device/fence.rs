@@ -8,13 +8,14 @@
 //! reads need (`crate::lockcheck`).
 
 use super::BlockDevice;
-use parking_lot::RwLock;
+use crate::lockcheck::{Rank, RwLock};
 use std::io;
 use std::sync::Arc;
 
 pub struct Fence {
     inner: Arc<dyn BlockDevice>,
-    /// Set by `cut`; writes hold it shared while they run, so `cut` waits for them.
+    /// Set by `cut`; writes hold it shared while they run, so `cut` waits for them. Held
+    /// across the I/O by design (ranked last, `Rank::FENCE`: nothing is taken under it).
     cut: RwLock<bool>,
 }
 
@@ -22,7 +23,7 @@ impl Fence {
     pub fn new(inner: Arc<dyn BlockDevice>) -> Fence {
         Fence {
             inner,
-            cut: RwLock::new(false),
+            cut: RwLock::across_io("fence cut", Rank::FENCE, false),
         }
     }
 

@@ -58,6 +58,7 @@ impl Fs {
             Some(m) => self.acl_for_chmod(&e, m)?,
             None => None,
         };
+        let _pre = self.preload_chmod_acl(&e, &acl)?;
         let _g = self.gate.read();
         if let Some(value) = acl {
             self.store_chmod_acl(&e, value)?;

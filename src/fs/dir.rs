@@ -275,6 +275,27 @@ impl Fs {
                 long_target = Some(Arc::new(t.to_vec()));
             }
         }
+        // What the tree changes under the gate will read is loaded before it.
+        let mut messages = vec![self.tree.insert_message(
+            parent,
+            name,
+            DirValue {
+                ino,
+                kind: kind.code(),
+            },
+        )?];
+        for (attr, value) in &inherited {
+            let key = self.tree.attr_key(ino, generation, attr);
+            messages.push(self.tree.attr_set_message(key, value));
+        }
+        let _pre = match self.tree.preload(&self.nodes(), &messages) {
+            Ok(p) => p,
+            Err(err) => {
+                let _g = self.gate.read();
+                self.ino_alloc.lock().give_back(ino);
+                return Err(err);
+            }
+        };
         let _g = self.gate.read();
         let e = self.new_inode_entry(d);
         if let Err(err) = self.tree.insert(
@@ -505,6 +526,15 @@ impl Fs {
             }
         }
         let kind = FileKind::from_mode(ce.state.read().d.mode).unwrap();
+        let message = self.tree.insert_message(
+            new_parent,
+            new_name,
+            DirValue {
+                ino,
+                kind: kind.code(),
+            },
+        )?;
+        let _pre = self.tree.preload(&self.nodes(), &[message])?;
         let _g = self.gate.read();
         self.tree.insert(
             &self.nodes(),
@@ -572,9 +602,12 @@ impl Fs {
             let st = ce.state.read();
             st.d.nlink <= 1 && st.opens == 0
         };
+        let mut messages = vec![self.tree.remove_message(parent, name)?];
         if last {
             self.preload_all(&ce, 0)?;
+            messages.extend(self.attrs_drop_message(&ce));
         }
+        let _pre = self.tree.preload(&self.nodes(), &messages)?;
         let _g = self.gate.read();
         self.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
@@ -652,6 +685,11 @@ impl Fs {
         if ce.state.read().d.size > 0 {
             return Err(FsError::Errno(libc::ENOTEMPTY));
         }
+        let mut messages = vec![self.tree.remove_message(parent, name)?];
+        if ce.state.read().opens == 0 {
+            messages.extend(self.attrs_drop_message(&ce));
+        }
+        let _pre = self.tree.preload(&self.nodes(), &messages)?;
         let _g = self.gate.read();
         self.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());

@@ -160,6 +160,8 @@ impl Fs {
             return Ok(());
         }
         self.preload_all(e, 0)?;
+        let dropped: Vec<_> = self.attrs_drop_message(e).into_iter().collect();
+        let _pre = self.tree.preload(&self.nodes(), &dropped)?;
         let _g = self.gate.read();
         let mut st = e.state.write();
         if self.removed_and_unused(e.ino, &st) {

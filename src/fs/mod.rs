@@ -46,7 +46,8 @@ use crate::log::LogWriter;
 use crate::meta::Tables;
 use crate::{FsError, Result};
 use inode::{InoAllocator, InodeCache, InodeEntry};
-use parking_lot::{Condvar, Mutex};
+#[cfg(test)]
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -196,8 +197,9 @@ pub struct Fs {
     cleaner: clean::CleanerState,
     stats: NoIoMutex<Stats>,
     recovery: Recovery,
-    stop: (Mutex<bool>, Condvar),
-    background: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The background thread's stop flag (leaves of the lock order, never across I/O).
+    stop: (NoIoMutex<bool>, crate::lockcheck::Condvar),
+    background: NoIoMutex<Option<std::thread::JoinHandle<()>>>,
     /// Tests: run once by the next log write right after it released the gate, before it
     /// encodes and writes its snapshot (other operations then change the live state).
     #[cfg(test)]

@@ -13,7 +13,8 @@ use crate::log::recovery::{load_tables, roll_forward};
 use crate::log::{LogHead, LogWriter};
 use crate::meta::Tables;
 use crate::{FsError, Result};
-use parking_lot::{Condvar, Mutex};
+#[cfg(test)]
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -180,8 +181,11 @@ impl Fs {
             cleaner: super::clean::CleanerState::new(),
             stats: NoIoMutex::new("stats", Stats::default()),
             recovery,
-            stop: (Mutex::new(false), Condvar::new()),
-            background: Mutex::new(None),
+            stop: (
+                crate::lockcheck::Mutex::new("stop", false),
+                crate::lockcheck::Condvar::new(),
+            ),
+            background: crate::lockcheck::Mutex::new("background", None),
             #[cfg(test)]
             after_snapshot: Mutex::new(None),
             sb,
@@ -357,7 +361,9 @@ impl Fs {
         }
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
-        if let Some(h) = self.background.lock().take() {
+        // Not joined under the lock (a leaf: the thread it waits for does I/O).
+        let background = self.background.lock().take();
+        if let Some(h) = background {
             let _ = h.join();
         }
         if self.opts.read_only {

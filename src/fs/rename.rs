@@ -131,6 +131,8 @@ impl Fs {
         {
             return Err(FsError::Errno(libc::EINVAL));
         }
+        // The attributes of a target freed by the rename go in the same transaction.
+        let mut dropped_attrs = None;
         if let (Some(_), false) = (dst, flags.exchange) {
             match (src_dir, dst_dir) {
                 (true, false) => return Err(FsError::Errno(libc::ENOTDIR)),
@@ -146,6 +148,7 @@ impl Fs {
             };
             if last {
                 self.preload_all(de.as_ref().unwrap(), 0)?;
+                dropped_attrs = self.attrs_drop_message(de.as_ref().unwrap());
             }
         }
         if src_dir
@@ -157,6 +160,20 @@ impl Fs {
             return Err(FsError::Errno(libc::EMLINK));
         }
 
+        // What the tree changes below will read is loaded before the gate.
+        let mut messages = if flags.exchange {
+            vec![
+                self.tree.insert_message(parent, name, dst.unwrap())?,
+                self.tree.insert_message(new_parent, new_name, src)?,
+            ]
+        } else {
+            vec![
+                self.tree.remove_message(parent, name)?,
+                self.tree.insert_message(new_parent, new_name, src)?,
+            ]
+        };
+        messages.extend(dropped_attrs);
+        let _pre = self.tree.preload(&self.nodes(), &messages)?;
         let _g = self.gate.read();
         let ld = self.nodes();
         let now = to_disk_time(Timespec::now());

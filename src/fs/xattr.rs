@@ -24,7 +24,7 @@ use super::clean::Admit;
 use super::inode::{to_disk_time, InodeEntry, InodeState};
 use super::types::*;
 use super::Fs;
-use crate::betree::{AttrValue, Key};
+use crate::betree::{AttrValue, Key, Message, Preloaded};
 use crate::format::inode::{IFLAG_XATTRS, IFLAG_XATTR_BLOCKS};
 use crate::format::node::{attr_range, ATTR_VALUE_MAX};
 use crate::{FsError, Result};
@@ -320,6 +320,7 @@ impl Fs {
                 return Err(FsError::Errno(libc::ENOSPC));
             }
         }
+        let _pre = self.preload_attr_change(&e, name, &change)?;
         let _g = self.gate.read();
         self.apply_attr_change(&e, &list, name, &change)?;
         let mut st = e.state.write();
@@ -356,6 +357,7 @@ impl Fs {
         if list.find(name).is_none() {
             return Err(FsError::Errno(libc::ENODATA));
         }
+        let _pre = self.preload_attr_change(&e, name, &Change::Remove)?;
         let _g = self.gate.read();
         self.apply_attr_change(&e, &list, name, &Change::Remove)?;
         let mut st = e.state.write();
@@ -496,6 +498,22 @@ impl Fs {
         Ok(Some(parsed.encode()))
     }
 
+    /// Load before the gate what `store_chmod_acl` of `value` will need.
+    pub(crate) fn preload_chmod_acl(
+        &self,
+        e: &InodeEntry,
+        value: &Option<Vec<u8>>,
+    ) -> Result<Option<Preloaded<'_>>> {
+        match value {
+            Some(v) => Ok(Some(self.preload_attr_change(
+                e,
+                acl::ACCESS,
+                &Change::Set(v.clone()),
+            )?)),
+            None => Ok(None),
+        }
+    }
+
     /// Store the access ACL `acl_for_chmod` made.
     pub(crate) fn store_chmod_acl(&self, e: &Arc<InodeEntry>, value: Vec<u8>) -> Result<()> {
         let (flags, generation) = {
@@ -504,6 +522,32 @@ impl Fs {
         };
         let list = self.attr_list(flags, e.ino, generation)?;
         self.apply_attr_change(e, &list, acl::ACCESS, &Change::Set(value))
+    }
+
+    /// The message that drops every attribute of `e` if it is freed now (`drop_attrs`), for
+    /// preloading before the gate; None if it has none.
+    pub(crate) fn attrs_drop_message(&self, e: &InodeEntry) -> Option<Message> {
+        let st = e.state.read();
+        (st.d.flags & IFLAG_XATTRS != 0).then(|| {
+            let (lower, upper) = attr_range(e.ino, st.d.generation);
+            self.tree.delete_range_message(lower, upper)
+        })
+    }
+
+    /// Load before the gate what `apply_attr_change` of `name` of `e` will need in the tree.
+    fn preload_attr_change(
+        &self,
+        e: &InodeEntry,
+        name: &[u8],
+        change: &Change,
+    ) -> Result<Preloaded<'_>> {
+        let generation = e.state.read().d.generation;
+        let key = self.tree.attr_key(e.ino, generation, name);
+        let message = match change {
+            Change::Set(value) => self.tree.attr_set_message(key, value),
+            Change::Remove => self.tree.attr_remove_message(key),
+        };
+        self.tree.preload(&self.nodes(), &[message])
     }
 
     /// Freeing inode `st`: what its attributes need (None without any). Called by `destroy`

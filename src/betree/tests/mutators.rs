@@ -338,3 +338,57 @@ fn concurrent_mutators_on_a_slow_evicting_disk_match_a_model() {
     // The untouched directory is as it was, but for nothing.
     assert_eq!(tree.scan(&*disk, 5, 0, usize::MAX).unwrap().len(), 1500);
 }
+
+/// `preload` makes resident and pins what a mutation will read, its flush cascade included:
+/// on a cache of three nodes, written out and evicted all along, every insert, remove and
+/// attribute change (value blocks too) run right after a preload of its message loads
+/// nothing itself — while the preloads do load (the cache is far too small to hold the
+/// tree) — and the pins go with the preload.
+#[test]
+fn a_preloaded_mutation_loads_nothing() {
+    let disk = MemLoader::default();
+    let tree = reopened(&disk, 2000, 3);
+    let start = disk.loads();
+    for i in 0..2000 {
+        let v = value_of(i, 3);
+        let pre = tree
+            .preload(&disk, &[tree.insert_message(9, &name_of(i), v).unwrap()])
+            .unwrap();
+        let before = disk.loads();
+        tree.insert(&disk, 9, &name_of(i), v).unwrap();
+        assert_eq!(disk.loads(), before, "insert {i} loaded after its preload");
+        drop(pre);
+        if i % 2 == 0 {
+            let message = tree.remove_message(5, &name_of(i)).unwrap();
+            let _pre = tree.preload(&disk, &[message]).unwrap();
+            let before = disk.loads();
+            tree.remove(&disk, 5, &name_of(i)).unwrap();
+            assert_eq!(disk.loads(), before, "remove {i} loaded after its preload");
+        }
+        if i % 50 == 0 {
+            let key = tree.attr_key(9, 1, &name_of(i));
+            let value = attr_value_of(9000, i);
+            let message = tree.attr_set_message(key.clone(), &value);
+            let _pre = tree.preload(&disk, &[message]).unwrap();
+            let before = disk.loads();
+            tree.attr_set(&disk, key, 9, &value, &[]).unwrap();
+            assert_eq!(
+                disk.loads(),
+                before,
+                "attribute {i} loaded after its preload"
+            );
+        }
+        if i % 10 == 0 {
+            disk.persist(&tree);
+        }
+    }
+    assert!(disk.loads() > start + 100, "the preloads loaded little");
+    // Nothing stays pinned: once written out, the cache shrinks back to its budget.
+    disk.persist(&tree);
+    assert!(
+        tree.cached_bytes() <= 3 * 4096,
+        "{} bytes",
+        tree.cached_bytes()
+    );
+    tree.check(&disk).unwrap();
+}

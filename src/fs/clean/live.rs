@@ -237,6 +237,7 @@ impl Fs {
         if self.tables.lock().nodes.get(id) != a {
             return Ok(0);
         }
+        let _pre = self.tree.preload_node(&self.nodes(), id)?;
         let _g = self.gate.read();
         match self.tree.mark_dirty(&self.nodes(), id) {
             Ok(()) => Ok(1),
