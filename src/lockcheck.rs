@@ -72,6 +72,9 @@ thread_local! {
     /// Exclusive holds of the gate by this thread; how many inodes it encoded, and how many
     /// of those under an exclusive hold (for tests: `inode_encode_counts`).
     static EXCLUSIVE: Cell<(u32, u64, u64)> = const { Cell::new((0, 0, 0)) };
+    /// Log addresses this thread gave dirty blocks, and how many of those under an exclusive
+    /// hold of the gate (for tests: `placement_counts`).
+    static PLACED: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     /// Every ranked lock this thread holds, in the order taken (only if `ORDER_CHECKED`).
     static ORDER: RefCell<Vec<Taken>> = const { RefCell::new(Vec::new()) };
 }
@@ -587,6 +590,24 @@ pub fn inode_encode_counts() -> (u64, u64) {
         let (_, n, under) = c.get();
         (n, under)
     })
+}
+
+/// One indirect or symlink block given its log address by the calling thread
+/// (`flush::place_snapshot`): counted, and counted apart when the thread holds the gate
+/// exclusively, which the log writer's snapshot must not spend on placing blocks
+/// (docs/DESIGN.md, "Transactions").
+pub fn count_placement() {
+    let under = EXCLUSIVE.with(|c| c.get().0 > 0);
+    PLACED.with(|c| {
+        let (n, u) = c.get();
+        c.set((n + 1, u + u64::from(under)));
+    });
+}
+
+/// For tests: how many blocks the calling thread has placed since it started, and how many
+/// of them while it held the gate exclusively.
+pub fn placement_counts() -> (u64, u64) {
+    PLACED.with(|c| c.get())
 }
 
 /// For tests: how often the calling thread has taken the gate shared, and how many device

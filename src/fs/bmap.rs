@@ -5,25 +5,17 @@
 //! indirect block is not cached they answer `Need` with what to read, and the caller reads it
 //! without locks (`Fs::load_ptr`) and tries again.
 
-use super::inode::{InodeState, PtrBlock};
+use super::inode::{InodeState, PtrMap};
 use crate::format::bmap::{self, BlockPath, DataPtr, Parent, Step};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Mark the cached indirect block (`level`, `index`) dirty, and every block above it: a
 /// rewritten block moves, so each block on its way up must be rewritten to point at it. Done
 /// here, where blocks change, so that every dirty block's parent is dirty and the log writer
 /// does not walk up under the gate (docs/DESIGN.md, "Transactions"; it asserts the rule).
-pub fn mark_block_dirty(
-    ptrs: &mut HashMap<(u8, u64), PtrBlock>,
-    mut level: u8,
-    mut index: u64,
-    p: u64,
-) {
+pub fn mark_block_dirty(ptrs: &mut PtrMap, mut level: u8, mut index: u64, p: u64) {
     loop {
-        ptrs.get_mut(&(level, index))
-            .expect("a changed indirect block and its parents are cached")
-            .dirty = true;
+        ptrs.mark_dirty((level, index));
         match bmap::parent(level, index, p) {
             Parent::Block {
                 level: pl,
@@ -92,17 +84,12 @@ pub fn set(st: &mut InodeState, n: u64, data_addr: u64, p: u64) -> Result<u64, N
                 }
             }
             for s in &steps {
-                if let std::collections::hash_map::Entry::Vacant(slot) =
-                    st.ptrs.entry((s.level, s.index))
-                {
+                if !st.ptrs.contains_key(&(s.level, s.index)) {
                     if data_addr == 0 {
                         return Ok(0); // clearing a hole: nothing to do
                     }
-                    slot.insert(PtrBlock {
-                        ptrs: Arc::new(vec![0; p as usize]),
-                        addr: 0,
-                        dirty: true,
-                    });
+                    // Dirty with the whole path, below.
+                    st.ptrs.insert_new((s.level, s.index), p);
                     st.d.meta_blocks += 1;
                 }
             }

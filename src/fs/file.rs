@@ -8,7 +8,7 @@
 use super::bmap::{self, Need};
 use super::clean::Admit;
 use super::flags::Change;
-use super::inode::{InodeEntry, InodeState, PtrBlock};
+use super::inode::{InodeEntry, InodeState};
 use super::types::*;
 use super::{Fs, Handle, NO_HANDLE};
 use crate::format::bmap::{max_blocks, parent, unwritten, DataPtr, Parent};
@@ -193,14 +193,8 @@ impl Fs {
         if !st.ptrs.contains_key(&(need.level, need.index))
             && self.parent_pointer(&st, need.level, need.index) == Some(need.addr)
         {
-            st.ptrs.insert(
-                (need.level, need.index),
-                PtrBlock {
-                    ptrs: Arc::new(ptrs),
-                    addr: need.addr,
-                    dirty: false,
-                },
-            );
+            st.ptrs
+                .insert_clean((need.level, need.index), ptrs, need.addr);
         }
         Ok(())
     }

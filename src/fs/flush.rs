@@ -1,7 +1,7 @@
 //! The log writer's side of the core: turning everything dirty into one transaction, group
 //! commit for fsync, checkpoints, and the background thread that does both periodically.
 
-use super::inode::InodeEntry;
+use super::inode::{InodeEntry, InodeState, SnapshotPart, SnapshotPlan, TakenBlock};
 use super::{FlushState, Fs};
 use crate::format::bmap::{self, Parent};
 use crate::format::inode::{encode_inode_block, inodes_per_block, DiskInode};
@@ -44,6 +44,96 @@ fn runs(mut addrs: Vec<u64>) -> Vec<(u64, u64)> {
         }
     }
     out
+}
+
+/// Carry out the plan the log writer's gate left in an inode's state (`StateLock` calls this
+/// at the first hold of the lock after the gate, so the state is still exactly as the
+/// snapshot took it): give each dirty indirect block (children before parents) and each
+/// block of a dirty long symlink target its address from the plan, in the block, its
+/// parent's slot (copy-on-write, `Arc::make_mut`, of an array a write in progress still
+/// shares) or the inode's pointers; mark them clean, take `Arc` clones of the pointer
+/// arrays and a copy of the inode, and clear its dirty flag. The result waits in
+/// `snapshot_part` for the writer.
+pub(super) fn place_snapshot(st: &mut InodeState) {
+    let plan = st.snapshot_plan.take().expect("a snapshot plan");
+    let p = plan.ppb;
+    let mut addrs =
+        crate::log::part_addrs(&plan.parts, plan.first, plan.n_ptr + plan.n_sym).into_iter();
+    let mut keys: Vec<(u8, u64)> = st
+        .ptrs
+        .iter()
+        .filter(|(_, b)| b.dirty())
+        .map(|(k, _)| *k)
+        .collect();
+    assert_eq!(
+        keys.len(),
+        plan.n_ptr,
+        "dirty indirect blocks changed between the gate and their placing"
+    );
+    keys.sort_unstable(); // children (lower levels) before parents
+    let mut blocks = Vec::with_capacity(plan.n_ptr + plan.n_sym);
+    let mut dead = Vec::new();
+    for (level, index) in keys {
+        let a = addrs.next().expect("plan covers every block");
+        crate::lockcheck::count_placement();
+        let (old, ptrs) = st.ptrs.placed((level, index), a);
+        if old != 0 {
+            dead.push(old);
+        }
+        blocks.push(TakenBlock::Ptr { level, index, ptrs });
+        match bmap::parent(level, index, p) {
+            Parent::Inode { tree } => st.d.indirect[tree] = a,
+            Parent::Block { level, index, slot } => {
+                let pb = st.ptrs.get_mut(&(level, index)).unwrap();
+                assert!(pb.dirty(), "parent of a rewritten block not dirty");
+                Arc::make_mut(&mut pb.ptrs)[slot] = a;
+            }
+        }
+    }
+    if plan.n_sym > 0 {
+        assert!(
+            st.target_dirty,
+            "symlink target clean between the gate and its placing"
+        );
+        let target = st.long_target.clone().expect("a planned symlink target");
+        st.target_dirty = false;
+        let parts = target.chunks(plan.sym_bytes);
+        assert_eq!(
+            parts.len(),
+            plan.n_sym,
+            "symlink target changed since the gate"
+        );
+        for (k, part) in parts.enumerate() {
+            let a = addrs.next().expect("plan covers every block");
+            crate::lockcheck::count_placement();
+            // A target rewritten by the cleaner leaves its old block behind.
+            if st.d.direct[k] != 0 {
+                dead.push(st.d.direct[k]);
+            }
+            st.d.direct[k] = a;
+            blocks.push(TakenBlock::Symlink {
+                index: k as u64,
+                bytes: part.to_vec(),
+            });
+        }
+    }
+    assert!(
+        addrs.next().is_none(),
+        "plan has more blocks than the inode"
+    );
+    assert_eq!(
+        st.ptrs.ndirty(),
+        0,
+        "the dirty count and the dirty flags disagree"
+    );
+    // Clean from here: a change after this marks it dirty again, for the next snapshot
+    // (`forget_dirty` ran under the gate).
+    st.dirty = false;
+    st.snapshot_part = Some(SnapshotPart {
+        blocks,
+        dead,
+        inode: st.d.clone(),
+    });
 }
 
 impl Fs {
@@ -124,11 +214,13 @@ impl Fs {
             self.durable_seq.store(seq, Ordering::Release);
             return Ok(());
         }
-        // Which blocks each live inode contributes. Every dirty indirect block's parents are
-        // dirty already (`bmap::mark_block_dirty`), so this only collects and counts.
+        // What each live inode contributes, from counts kept where blocks change: its dirty
+        // indirect blocks (`PtrMap::ndirty`; every dirty block's parents are dirty already,
+        // `bmap::mark_block_dirty`) and the blocks of a dirty long symlink target. Nothing
+        // here walks an inode's blocks.
+        let sym_bytes = symlink_bytes_per_block(bs);
         let (mut n_ptr, mut n_sym) = (0usize, 0usize);
-        let mut contributions: Vec<(Arc<InodeEntry>, Vec<(u8, u64)>)> =
-            Vec::with_capacity(entries.len());
+        let mut live: Vec<(Arc<InodeEntry>, usize, usize)> = Vec::with_capacity(entries.len());
         let mut tombstones = Vec::new();
         for e in &entries {
             let st = e.state.read();
@@ -136,24 +228,23 @@ impl Fs {
                 tombstones.push(e.ino);
                 continue;
             }
-            let mut keys: Vec<(u8, u64)> = st
-                .ptrs
-                .iter()
-                .filter(|(_, b)| b.dirty)
-                .map(|(k, _)| *k)
-                .collect();
-            keys.sort_unstable(); // children (lower levels) before parents
-            n_ptr += keys.len();
-            if let (true, Some(t)) = (st.target_dirty, &st.long_target) {
-                n_sym += t.len().div_ceil(symlink_bytes_per_block(bs));
-            }
-            contributions.push((e.clone(), keys));
+            let ptr = st.ptrs.ndirty();
+            let sym = match (st.target_dirty, &st.long_target) {
+                (true, Some(t)) => t.len().div_ceil(sym_bytes),
+                _ => 0,
+            };
+            n_ptr += ptr;
+            n_sym += sym;
+            live.push((e.clone(), ptr, sym));
         }
-        let n_inodes = contributions.len();
+        let n_inodes = live.len();
         let per_block = inodes_per_block(bs);
         let nblocks = n_ptr + n_sym + n_nodes + n_inodes.div_ceil(per_block);
         let max_records = n_records + n_ptr + n_sym + self.tree.freed_count();
-        let plan = fl.writer.plan(&self.tables.lock(), nblocks, max_records)?;
+        // Parts only: the list of addresses is made after the gate.
+        let mut plan = fl
+            .writer
+            .plan_parts(&self.tables.lock(), nblocks, max_records)?;
         // From the snapshot until the tables show it, admission counts the transaction here.
         let planned: u64 = plan
             .parts
@@ -176,88 +267,26 @@ impl Fs {
         self.snap_seq.store(seq, Ordering::Release);
         self.cleaner.snapshot_taken();
         self.forget_dirty(&entries);
-        let mut addrs = plan.addrs.iter().copied();
-        let mut pending = Vec::with_capacity(nblocks);
-        let mut dead = Vec::new();
-        // Each live inode as it is in this snapshot, encoded after the gate.
-        let mut copies = Vec::with_capacity(n_inodes);
-        for (e, keys) in contributions {
-            let mut st = e.state.write();
-            for (level, index) in keys {
-                let a = addrs.next().expect("plan covers every block");
-                let b = st.ptrs.get_mut(&(level, index)).unwrap();
-                if b.addr != 0 {
-                    dead.push(b.addr);
-                }
-                b.addr = a;
-                b.dirty = false;
-                let ptrs = b.ptrs.clone();
-                pending.push(Pending::Ptr {
-                    desc: Descriptor {
-                        kind: BlockKind::Indirect,
-                        level,
-                        owner: e.ino,
-                        index,
-                    },
-                    ptrs,
-                });
-                match bmap::parent(level, index, p) {
-                    Parent::Inode { tree } => st.d.indirect[tree] = a,
-                    Parent::Block { level, index, slot } => {
-                        let pb = st.ptrs.get_mut(&(level, index)).unwrap();
-                        assert!(pb.dirty, "parent of a rewritten block not dirty");
-                        Arc::make_mut(&mut pb.ptrs)[slot] = a;
-                    }
-                }
-            }
-            if let (true, Some(target)) = (st.target_dirty, st.long_target.clone()) {
-                st.target_dirty = false;
-                for (k, part) in target.chunks(symlink_bytes_per_block(bs)).enumerate() {
-                    let a = addrs.next().expect("plan covers every block");
-                    // A target rewritten by the cleaner leaves its old block behind.
-                    if st.d.direct[k] != 0 {
-                        dead.push(st.d.direct[k]);
-                    }
-                    st.d.direct[k] = a;
-                    pending.push(Pending::Symlink {
-                        ino: e.ino,
-                        index: k as u64,
-                        bytes: part.to_vec(),
-                    });
-                }
-            }
-            // Clean from here: a change after this (an access time, without the gate) marks
-            // it dirty again, for the next snapshot (`forget_dirty` ran before).
-            st.dirty = false;
-            copies.push(st.d.clone());
+        // Each live inode gets its range of the plan's addresses, in inode order, and places
+        // its blocks (and copies its inode) at the first hold of its state lock after the gate
+        // (`place_snapshot`): here only the plan is left with it.
+        let parts = Arc::new(plan.parts.clone());
+        let mut first = 0;
+        for (e, ptr, sym) in &live {
+            e.state.plan(SnapshotPlan {
+                parts: parts.clone(),
+                first,
+                n_ptr: *ptr,
+                n_sym: *sym,
+                ppb: p,
+                sym_bytes,
+            });
+            first += ptr + sym;
         }
         // The nodes by pointer only: they are encoded after the gate is released.
         let taken = self.tree.take_snapshots();
         assert_eq!(taken.len(), n_nodes, "tree changed under the gate");
-        let node_ids = taken.ids();
-        for &id in &node_ids {
-            addrs.next().expect("plan covers every block");
-            pending.push(Pending::Node { id });
-        }
-        let mut copies = copies.into_iter();
-        for _ in 0..n_inodes.div_ceil(per_block) {
-            addrs.next().expect("plan covers every block");
-            pending.push(Pending::Inodes {
-                inodes: copies.by_ref().take(per_block).collect(),
-            });
-        }
-        assert!(
-            addrs.next().is_none(),
-            "plan has more blocks than the snapshot"
-        );
         let mut records = self.records.take();
-        records.extend(
-            runs(dead)
-                .into_iter()
-                .map(|(addr, count)| Record::Dead { addr, count }),
-        );
-        records.extend(taken.freed.iter().map(|&node| Record::NFree { node }));
-        assert!(records.len() <= max_records, "more records than planned");
         let freed_inos = self.ino_alloc.lock().take_held();
         drop(gate);
         #[cfg(test)]
@@ -265,7 +294,60 @@ impl Fs {
             hook(self);
         }
 
-        // ---- Phase 2: encode and write, data first.
+        // ---- Phase 2: place what no operation placed already, encode and write, data first.
+        plan.addrs = crate::log::part_addrs(&plan.parts, 0, nblocks);
+        let mut pending = Vec::with_capacity(nblocks);
+        let mut dead = Vec::new();
+        let mut copies = Vec::with_capacity(n_inodes);
+        for (e, ptr, sym) in live {
+            // Taking the lock places the inode's part if no operation did since the gate.
+            let part = e
+                .state
+                .write()
+                .snapshot_part
+                .take()
+                .expect("a placed snapshot part");
+            assert_eq!(part.blocks.len(), ptr + sym, "snapshot part not as planned");
+            for b in part.blocks {
+                pending.push(match b {
+                    TakenBlock::Ptr { level, index, ptrs } => Pending::Ptr {
+                        desc: Descriptor {
+                            kind: BlockKind::Indirect,
+                            level,
+                            owner: e.ino,
+                            index,
+                        },
+                        ptrs,
+                    },
+                    TakenBlock::Symlink { index, bytes } => Pending::Symlink {
+                        ino: e.ino,
+                        index,
+                        bytes,
+                    },
+                });
+            }
+            dead.extend(part.dead);
+            copies.push(part.inode);
+        }
+        let node_ids = taken.ids();
+        for &id in &node_ids {
+            pending.push(Pending::Node { id });
+        }
+        let mut copies = copies.into_iter();
+        for _ in 0..n_inodes.div_ceil(per_block) {
+            pending.push(Pending::Inodes {
+                inodes: copies.by_ref().take(per_block).collect(),
+            });
+        }
+        assert_eq!(pending.len(), plan.addrs.len(), "plan and snapshot differ");
+        records.extend(
+            runs(dead)
+                .into_iter()
+                .map(|(addr, count)| Record::Dead { addr, count }),
+        );
+        records.extend(taken.freed.iter().map(|&node| Record::NFree { node }));
+        assert!(records.len() <= max_records, "more records than planned");
+
         let mut nodes = taken.encode().nodes.into_iter();
         let mut blocks = Vec::with_capacity(pending.len());
         let mut placed = Vec::with_capacity(pending.len());

@@ -20,7 +20,212 @@ pub struct PtrBlock {
     pub ptrs: Arc<Vec<u64>>,
     /// Log address (0 while never written).
     pub addr: u64,
-    pub dirty: bool,
+    /// To be (re)written by the next snapshot; changed only through `PtrMap`, which counts
+    /// the dirty blocks (the log writer plans from that count under the gate).
+    dirty: bool,
+}
+
+impl PtrBlock {
+    pub fn dirty(&self) -> bool {
+        self.dirty
+    }
+}
+
+/// An inode's cached indirect blocks, by (level, first file block mapped), with the number
+/// of dirty ones kept in step: the log writer reads that count under the gate instead of
+/// walking the blocks (docs/DESIGN.md, "Transactions"). Read through `Deref`; changed only
+/// through the methods here.
+#[derive(Default, Debug)]
+pub struct PtrMap {
+    map: HashMap<(u8, u64), PtrBlock>,
+    ndirty: usize,
+}
+
+impl std::ops::Deref for PtrMap {
+    type Target = HashMap<(u8, u64), PtrBlock>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl PtrMap {
+    /// Dirty blocks cached.
+    pub fn ndirty(&self) -> usize {
+        self.ndirty
+    }
+
+    /// The block, to change its pointers or address (its dirty flag only through the map).
+    pub fn get_mut(&mut self, key: &(u8, u64)) -> Option<&mut PtrBlock> {
+        self.map.get_mut(key)
+    }
+
+    /// Cache a block read from the log (clean), unless one is cached under `key` already.
+    pub fn insert_clean(&mut self, key: (u8, u64), ptrs: Vec<u64>, addr: u64) {
+        self.map.entry(key).or_insert(PtrBlock {
+            ptrs: Arc::new(ptrs),
+            addr,
+            dirty: false,
+        });
+    }
+
+    /// A new, empty block never written (dirty once `mark_dirty` says so).
+    pub fn insert_new(&mut self, key: (u8, u64), p: u64) {
+        let old = self.map.insert(
+            key,
+            PtrBlock {
+                ptrs: Arc::new(vec![0; p as usize]),
+                addr: 0,
+                dirty: false,
+            },
+        );
+        assert!(old.is_none(), "a new indirect block replaced a cached one");
+    }
+
+    /// Mark a cached block dirty (panics if it is not cached).
+    pub fn mark_dirty(&mut self, key: (u8, u64)) {
+        let b = self
+            .map
+            .get_mut(&key)
+            .expect("a changed indirect block and its parents are cached");
+        if !b.dirty {
+            b.dirty = true;
+            self.ndirty += 1;
+        }
+    }
+
+    /// The log writer placed dirty block `key` at `addr`: clean from here. Returns its old
+    /// address and its pointers.
+    pub fn placed(&mut self, key: (u8, u64), addr: u64) -> (u64, Arc<Vec<u64>>) {
+        let b = self.map.get_mut(&key).expect("a placed block is cached");
+        assert!(b.dirty, "placing a clean indirect block");
+        b.dirty = false;
+        self.ndirty -= 1;
+        (std::mem::replace(&mut b.addr, addr), b.ptrs.clone())
+    }
+
+    pub fn remove(&mut self, key: &(u8, u64)) -> Option<PtrBlock> {
+        let b = self.map.remove(key)?;
+        if b.dirty {
+            self.ndirty -= 1;
+        }
+        Some(b)
+    }
+
+    pub fn retain(&mut self, mut keep: impl FnMut(&(u8, u64), &PtrBlock) -> bool) {
+        let mut gone = 0;
+        self.map.retain(|k, b| {
+            let kept = keep(k, b);
+            if !kept && b.dirty {
+                gone += 1;
+            }
+            kept
+        });
+        self.ndirty -= gone;
+    }
+
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.ndirty = 0;
+    }
+}
+
+/// What the log writer's exclusive phase leaves in an inode's state (`StateLock::plan`): the
+/// addresses its dirty indirect and symlink blocks get, planned from their counts. The first
+/// hold of the state lock after the gate (by the writer, or by an operation that got there
+/// first) carries the plan out (`flush::place_snapshot`), so nobody ever sees the state
+/// between the gate and its addresses.
+#[derive(Debug)]
+pub struct SnapshotPlan {
+    /// The transaction's partial segments; this inode's blocks are its blocks
+    /// `first..first + n_ptr + n_sym` (`log::part_addrs`).
+    pub parts: Arc<Vec<crate::log::PartPlan>>,
+    pub first: usize,
+    pub n_ptr: usize,
+    pub n_sym: usize,
+    /// Pointers per indirect block, symlink target bytes per block.
+    pub ppb: u64,
+    pub sym_bytes: usize,
+}
+
+/// One block of an inode's part of a snapshot, as placed.
+#[derive(Debug)]
+pub enum TakenBlock {
+    Ptr {
+        level: u8,
+        index: u64,
+        ptrs: Arc<Vec<u64>>,
+    },
+    Symlink {
+        index: u64,
+        bytes: Vec<u8>,
+    },
+}
+
+/// An inode's part of a snapshot once placed: its blocks in address order, the addresses
+/// they replace (dead in the same transaction) and the inode as the snapshot took it.
+#[derive(Debug)]
+pub struct SnapshotPart {
+    pub blocks: Vec<TakenBlock>,
+    pub dead: Vec<u64>,
+    pub inode: DiskInode,
+}
+
+type ReadGuard<'a> = crate::lockcheck::Guard<parking_lot::RwLockReadGuard<'a, InodeState>>;
+type WriteGuard<'a> = crate::lockcheck::Guard<parking_lot::RwLockWriteGuard<'a, InodeState>>;
+
+/// An inode's `state` lock. Every hold of it sees the state with the last snapshot's
+/// addresses placed: a hold that finds a `SnapshotPlan` left by the log writer's gate carries
+/// it out first (a reader takes the lock exclusively for that, once).
+pub struct StateLock {
+    inner: crate::lockcheck::RwLock<InodeState>,
+}
+
+impl StateLock {
+    #[track_caller]
+    pub fn read(&self) -> ReadGuard<'_> {
+        loop {
+            let g = self.inner.read();
+            if g.snapshot_plan.is_none() {
+                return g;
+            }
+            drop(g);
+            drop(self.write());
+        }
+    }
+
+    #[track_caller]
+    pub fn write(&self) -> WriteGuard<'_> {
+        let mut g = self.inner.write();
+        if g.snapshot_plan.is_some() {
+            super::flush::place_snapshot(&mut g);
+        }
+        g
+    }
+
+    /// Without waiting; a state whose plan is not carried out yet is shown as it was at the
+    /// gate (the cache's size and eviction checks: such an inode is dirty, never evicted).
+    pub fn try_read(&self) -> Option<ReadGuard<'_>> {
+        self.inner.try_read()
+    }
+
+    pub fn try_write(&self) -> Option<WriteGuard<'_>> {
+        let mut g = self.inner.try_write()?;
+        if g.snapshot_plan.is_some() {
+            super::flush::place_snapshot(&mut g);
+        }
+        Some(g)
+    }
+
+    /// The log writer, under the gate: leave this inode its plan (O(1): nothing is placed
+    /// yet, see `SnapshotPlan`).
+    pub fn plan(&self, plan: SnapshotPlan) {
+        let mut g = self.inner.write();
+        assert!(
+            g.snapshot_plan.is_none() && g.snapshot_part.is_none(),
+            "a snapshot part left from an earlier transaction"
+        );
+        g.snapshot_plan = Some(Box::new(plan));
+    }
 }
 
 pub struct InodeState {
@@ -32,7 +237,7 @@ pub struct InodeState {
     /// Open file handles.
     pub opens: u32,
     /// Indirect blocks in memory, by (level, first file block mapped).
-    pub ptrs: HashMap<(u8, u64), PtrBlock>,
+    pub ptrs: PtrMap,
     /// A long symlink target held in memory; `target_dirty` when its blocks must be
     /// (re)written. It keeps serving readlink while its blocks are being written.
     pub long_target: Option<Arc<Vec<u8>>>,
@@ -41,12 +246,16 @@ pub struct InodeState {
     pub window: Option<(u64, u64)>,
     /// A write took blocks from the window since the last sweep of idle windows (alloc.rs).
     pub window_used: bool,
+    /// Left by the log writer's gate until carried out (`StateLock`).
+    pub snapshot_plan: Option<Box<SnapshotPlan>>,
+    /// This inode's part of the snapshot once placed, until the writer takes it.
+    pub snapshot_part: Option<SnapshotPart>,
 }
 
 pub struct InodeEntry {
     pub ino: u64,
     pub op: crate::lockcheck::ArcMutex<()>,
-    pub state: crate::lockcheck::RwLock<InodeState>,
+    pub state: StateLock,
 }
 
 impl InodeEntry {
@@ -54,21 +263,25 @@ impl InodeEntry {
         Arc::new(InodeEntry {
             ino: d.ino,
             op: crate::lockcheck::ArcMutex::across_io("inode op", Rank::INODE_OP, d.ino, ()),
-            state: crate::lockcheck::RwLock::ranked(
-                "inode state",
-                Rank::INODE_STATE,
-                InodeState {
-                    d,
-                    dirty,
-                    deleted: false,
-                    opens: 0,
-                    ptrs: HashMap::new(),
-                    long_target: None,
-                    target_dirty: false,
-                    window: None,
-                    window_used: false,
-                },
-            ),
+            state: StateLock {
+                inner: crate::lockcheck::RwLock::ranked(
+                    "inode state",
+                    Rank::INODE_STATE,
+                    InodeState {
+                        d,
+                        dirty,
+                        deleted: false,
+                        opens: 0,
+                        ptrs: PtrMap::default(),
+                        long_target: None,
+                        target_dirty: false,
+                        window: None,
+                        window_used: false,
+                        snapshot_plan: None,
+                        snapshot_part: None,
+                    },
+                ),
+            },
         })
     }
 }
@@ -131,7 +344,7 @@ fn evictable(e: &Arc<InodeEntry>) -> bool {
             !st.dirty
                 && st.opens == 0
                 && st.window.is_none()
-                && !st.ptrs.values().any(|p| p.dirty)
+                && st.ptrs.ndirty() == 0
                 // A removed inode kept for the kernel's references is freed from the cache
                 // at its last FORGET (`Fs::forget`).
                 && (st.d.nlink > 0 || st.deleted)

@@ -178,6 +178,67 @@ fn the_exclusive_gate_encodes_no_inode() {
     fs.unmount().unwrap();
 }
 
+/// The log writer's exclusive hold of the gate places no block: it plans the transaction's
+/// addresses from counts, and each dirty indirect block and symlink block gets its address
+/// (with the patching of its parent and the inode) after the gate is released, at the first
+/// hold of its inode's state lock (counted per thread by `lockcheck::placement_counts`; the
+/// commit writes, and so places what no operation placed, on this thread).
+#[test]
+fn the_exclusive_gate_places_no_block() {
+    let (meta, data) = devices(32, 32);
+    let opts = MountOptions {
+        flush_interval: Duration::from_secs(3600),
+        checkpoint_interval: Duration::from_secs(3600),
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount(meta.clone(), data.clone(), opts).unwrap();
+    let (a, fh) = fs.create(&U, ROOT, b"sparse", 0o644, libc::O_RDWR).unwrap();
+    // One block under each of 100 level-1 blocks of the double-indirect tree (past the 12
+    // direct blocks and the 512 of the single-indirect tree), and one in the single tree.
+    let p = 4096 / 8;
+    fs.write(a.ino, fh, 20 * 4096, b"single").unwrap();
+    for k in 0..100u64 {
+        let n = 12 + p + k * p;
+        fs.write(a.ino, fh, n * 4096, &[k as u8; 100]).unwrap();
+    }
+    let target: Vec<u8> = (0..4095).map(|i| b'a' + (i % 26) as u8).collect();
+    fs.symlink(&U, ROOT, b"long", &target).unwrap();
+    let (placed, under_gate) = crate::lockcheck::placement_counts();
+    fs.commit().unwrap();
+    let (placed_now, under_gate_now) = crate::lockcheck::placement_counts();
+    // 100 level-1 blocks, the double-indirect block, the single-indirect block and the
+    // symlink's block(s), placed by this thread's log write...
+    assert!(
+        placed_now - placed >= 103,
+        "{} blocks placed",
+        placed_now - placed
+    );
+    // ... none of them under the gate.
+    assert_eq!(
+        under_gate_now, under_gate,
+        "blocks placed under the exclusive gate"
+    );
+    fs.release(a.ino, fh).unwrap();
+    fs.unmount().unwrap();
+    // And they are where the inode says.
+    let fs = Fs::mount(meta.clone(), data.clone(), MountOptions::default()).unwrap();
+    let h = fs.open(&U, a.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(a.ino, h, 20 * 4096, 6).unwrap(), b"single");
+    for k in 0..100u64 {
+        let n = 12 + p + k * p;
+        assert_eq!(
+            fs.read(a.ino, h, n * 4096, 100).unwrap(),
+            vec![k as u8; 100]
+        );
+    }
+    fs.release(a.ino, h).unwrap();
+    let s = fs.lookup(ROOT, b"long").unwrap().ino;
+    assert_eq!(fs.readlink(s).unwrap(), target);
+    fs.unmount().unwrap();
+    let r = crate::check::check(&*meta, &*data).unwrap();
+    assert!(r.is_clean(), "{r}");
+}
+
 /// Tree mutations load what their flush cascades need before the gate (`BeTree::preload`):
 /// on a tree many times larger than its node cache (8 nodes here; the log writer runs every
 /// few operations, so clean nodes are evicted all along), creates, attribute changes and

@@ -9,7 +9,7 @@
 //! through the core (`destroy`), on an inode whose pointers are all valid by then.
 
 use super::bmap::Need;
-use super::inode::{InodeEntry, PtrBlock};
+use super::inode::InodeEntry;
 use super::{Fs, MountOptions};
 use crate::betree::{BeTree, DirValue};
 use crate::device::BlockDevice;
@@ -420,11 +420,8 @@ impl Fs {
                 BlockHeader::new(BlockKind::Indirect, need.level, e.ino, need.index),
             )?;
             let mut st = e.state.write();
-            st.ptrs.entry((need.level, need.index)).or_insert(PtrBlock {
-                ptrs: Arc::new(ptrs),
-                addr: need.addr,
-                dirty: false,
-            });
+            st.ptrs
+                .insert_clean((need.level, need.index), ptrs, need.addr);
         }
     }
 }

@@ -4,7 +4,7 @@ pub mod checkpoint;
 pub mod recovery;
 pub mod writer;
 
-pub use writer::{LogHead, LogWriter, TxnBlock};
+pub use writer::{part_addrs, LogHead, LogWriter, PartPlan, TxnBlock};
 
 use crate::device::BlockDevice;
 use crate::Result;

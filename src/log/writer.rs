@@ -37,6 +37,27 @@ pub struct PartPlan {
     pub next_segment: u64,
 }
 
+/// The addresses of blocks `first..first + n` of a transaction planned as `parts`, in
+/// transaction order (each part's blocks follow its summary blocks).
+pub fn part_addrs(parts: &[PartPlan], mut first: usize, n: usize) -> Vec<u64> {
+    let mut out = Vec::with_capacity(n);
+    for p in parts {
+        if out.len() == n {
+            break;
+        }
+        if first >= p.nblocks {
+            first -= p.nblocks;
+            continue;
+        }
+        let start = p.addr + p.summary_blocks as u64;
+        let take = (p.nblocks - first).min(n - out.len());
+        out.extend((first..first + take).map(|i| start + i as u64));
+        first = 0;
+    }
+    assert_eq!(out.len(), n, "blocks beyond the plan");
+    out
+}
+
 /// Where a transaction goes.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -81,10 +102,18 @@ impl LogWriter {
     /// Plan `nblocks` blocks and up to `max_records` records. Fails with ENOSPC when the log
     /// would need a segment and none is clean.
     pub fn plan(&self, t: &Tables, nblocks: usize, max_records: usize) -> Result<Plan> {
+        let mut plan = self.plan_parts(t, nblocks, max_records)?;
+        plan.addrs = part_addrs(&plan.parts, 0, nblocks);
+        Ok(plan)
+    }
+
+    /// `plan` without the list of block addresses (`addrs` left empty): O(partial segments),
+    /// for the log writer's exclusive phase, which hands out addresses by position and lists
+    /// them after the gate (`part_addrs`).
+    pub fn plan_parts(&self, t: &Tables, nblocks: usize, max_records: usize) -> Result<Plan> {
         let bs = self.bs();
         let mut h = self.head;
         let mut parts = Vec::new();
-        let mut addrs = Vec::with_capacity(nblocks);
         let mut segments = vec![self.sb.segment_of(h.addr)];
         let (mut blocks_left, mut recs_left) = (nblocks, max_records);
         // Invariant: the head always has at least 2 blocks of room in its segment, so its
@@ -110,7 +139,6 @@ impl LogWriter {
                 serial: h.serial,
                 next_segment: h.next_segment,
             });
-            addrs.extend((0..k as u64).map(|i| h.addr + s as u64 + i));
             h.addr += (s + k) as u64;
             h.serial += 1;
             blocks_left -= k;
@@ -128,7 +156,7 @@ impl LogWriter {
         }
         Ok(Plan {
             parts,
-            addrs,
+            addrs: Vec::new(),
             segments,
             end: h,
         })
