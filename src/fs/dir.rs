@@ -276,14 +276,11 @@ impl Fs {
             }
         }
         // What the tree changes under the gate will read is loaded before it.
-        let mut messages = vec![self.tree.insert_message(
-            parent,
-            name,
-            DirValue {
-                ino,
-                kind: kind.code(),
-            },
-        )?];
+        let entry = DirValue {
+            ino,
+            kind: kind.code(),
+        };
+        let mut messages = vec![self.tree.insert_message(parent, name, entry)?];
         for (attr, value) in &inherited {
             let key = self.tree.attr_key(ino, generation, attr);
             messages.push(self.tree.attr_set_message(key, value));
@@ -298,15 +295,7 @@ impl Fs {
         };
         let _g = self.gate.read();
         let e = self.new_inode_entry(d);
-        if let Err(err) = self.tree.insert(
-            &self.nodes(),
-            parent,
-            name,
-            DirValue {
-                ino,
-                kind: kind.code(),
-            },
-        ) {
+        if let Err(err) = self.tree.insert(&self.nodes(), parent, name, entry) {
             let _ = self.tree.remove(&self.nodes(), parent, name);
             self.inodes.remove(ino);
             self.ino_alloc.lock().give_back(ino);
@@ -526,25 +515,15 @@ impl Fs {
             }
         }
         let kind = FileKind::from_mode(ce.state.read().d.mode).unwrap();
-        let message = self.tree.insert_message(
-            new_parent,
-            new_name,
-            DirValue {
-                ino,
-                kind: kind.code(),
-            },
-        )?;
+        let entry = DirValue {
+            ino,
+            kind: kind.code(),
+        };
+        let message = self.tree.insert_message(new_parent, new_name, entry)?;
         let _pre = self.tree.preload(&self.nodes(), &[message])?;
         let _g = self.gate.read();
-        self.tree.insert(
-            &self.nodes(),
-            new_parent,
-            new_name,
-            DirValue {
-                ino,
-                kind: kind.code(),
-            },
-        )?;
+        self.tree
+            .insert(&self.nodes(), new_parent, new_name, entry)?;
         let now = to_disk_time(Timespec::now());
         let attr = {
             let mut st = ce.state.write();

@@ -6,6 +6,15 @@ use super::tests::{devices, ROOT, U};
 use super::*;
 use crate::lockcheck::gate_counts;
 
+/// No background writes: the test decides when the log is written.
+fn quiet() -> MountOptions {
+    MountOptions {
+        flush_interval: Duration::from_secs(3600),
+        checkpoint_interval: Duration::from_secs(3600),
+        ..MountOptions::default()
+    }
+}
+
 fn strict(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Arc<Fs> {
     let opts = MountOptions {
         strictatime: true,
@@ -148,12 +157,7 @@ fn access_times_racing_the_log_writer_are_kept() {
 #[test]
 fn the_exclusive_gate_encodes_no_inode() {
     let (meta, data) = devices(32, 32);
-    let opts = MountOptions {
-        flush_interval: Duration::from_secs(3600),
-        checkpoint_interval: Duration::from_secs(3600),
-        ..MountOptions::default()
-    };
-    let fs = Fs::mount(meta.clone(), data.clone(), opts).unwrap();
+    let fs = Fs::mount(meta.clone(), data.clone(), quiet()).unwrap();
     for i in 0..40u32 {
         let (a, fh) = fs
             .create(&U, ROOT, format!("f{i}").as_bytes(), 0o644, libc::O_RDWR)
@@ -186,12 +190,7 @@ fn the_exclusive_gate_encodes_no_inode() {
 #[test]
 fn the_exclusive_gate_places_no_block() {
     let (meta, data) = devices(32, 32);
-    let opts = MountOptions {
-        flush_interval: Duration::from_secs(3600),
-        checkpoint_interval: Duration::from_secs(3600),
-        ..MountOptions::default()
-    };
-    let fs = Fs::mount(meta.clone(), data.clone(), opts).unwrap();
+    let fs = Fs::mount(meta.clone(), data.clone(), quiet()).unwrap();
     let (a, fh) = fs.create(&U, ROOT, b"sparse", 0o644, libc::O_RDWR).unwrap();
     // One block under each of 100 level-1 blocks of the double-indirect tree (past the 12
     // direct blocks and the 512 of the single-indirect tree), and one in the single tree.
@@ -250,9 +249,7 @@ fn tree_mutations_on_an_evicting_tree_do_no_io_under_the_gate() {
     let (meta, data) = devices(64, 32);
     let opts = MountOptions {
         cache_bytes: 64 << 10, // 32 KiB of tree nodes: 8 of 4 KiB
-        flush_interval: Duration::from_secs(3600),
-        checkpoint_interval: Duration::from_secs(3600),
-        ..MountOptions::default()
+        ..quiet()
     };
     let fs = Fs::mount(meta.clone(), data.clone(), opts).unwrap();
     let dirs: Vec<u64> = (0..24u32)

@@ -43,15 +43,19 @@ impl Fs {
         g.pass_bound(1, meta_total).div_ceil(g.seg_eff()) + 1
     }
 
+    /// Dirty inodes the next transaction writes (freed ones are records, not inodes).
+    fn dirty_inodes_to_write(&self) -> u64 {
+        let c = &self.cleaner.counts;
+        c.dirty_inodes
+            .load(Ordering::Acquire)
+            .saturating_sub(c.tombstones.load(Ordering::Acquire))
+    }
+
     /// Blocks the meta files grow by when what is dirty now is applied, at most: the
     /// inode-map blocks of new inodes and the node-map blocks of new nodes (live from the
     /// checkpoint after them on).
     fn pending_meta_growth(&self) -> u64 {
-        let c = &self.cleaner.counts;
-        let inodes = c
-            .dirty_inodes
-            .load(Ordering::Acquire)
-            .saturating_sub(c.tombstones.load(Ordering::Acquire));
+        let inodes = self.dirty_inodes_to_write();
         // With a meta-indirect block each.
         inodes.div_ceil(entries16_per_block(self.sb.block_size) as u64)
             + (self.tree.dirty_count() as u64).div_ceil(self.ppb)
@@ -96,11 +100,7 @@ impl Fs {
     /// counters only (no lock).
     pub(crate) fn pending_blocks(&self) -> u64 {
         let g = self.geometry();
-        let c = &self.cleaner.counts;
-        let inodes = c
-            .dirty_inodes
-            .load(Ordering::Acquire)
-            .saturating_sub(c.tombstones.load(Ordering::Acquire));
+        let inodes = self.dirty_inodes_to_write();
         let records = self.records.count();
         let nodes = self.tree.dirty_count() as u64;
         let freed = self.tree.freed_count() as u64;
@@ -122,10 +122,7 @@ impl Fs {
         let c = &self.cleaner.counts;
         let cleaner_reserve = self.cleaner_reserve();
         let reserve = cleaner_reserve + DELETE_SEGMENTS;
-        let dirty_inodes = c
-            .dirty_inodes
-            .load(Ordering::Acquire)
-            .saturating_sub(c.tombstones.load(Ordering::Acquire));
+        let dirty_inodes = self.dirty_inodes_to_write();
         let nodes = self.tree.dirty_count() as u64;
         Space {
             clean: c.clean.load(Ordering::Acquire),
