@@ -41,12 +41,19 @@ impl Rank {
     pub const TREE: Rank = Rank(8);
     /// An inode's `state` lock (one at a time).
     pub const INODE_STATE: Rank = Rank(9);
-    /// The leaves: maps, tables, caches, counters; none is taken while another is held.
-    pub const LEAF: Rank = Rank(10);
+    /// The IFile (inode map and segment usage), first of the three tables: applying a
+    /// transaction or a checkpoint holds all three, taken in this order.
+    pub const IFILE: Rank = Rank(10);
+    /// The node map.
+    pub const NODE_MAP: Rank = Rank(11);
+    /// The data bitmaps, which the data allocator takes alone.
+    pub const DATA_MAP: Rank = Rank(12);
+    /// The leaves: maps, caches, counters; none is taken while another is held.
+    pub const LEAF: Rank = Rank(13);
     /// A device fence's `cut`, held shared by each write and flush while it runs (across the
     /// I/O, by design): taken last, under whatever the writing thread holds, and nothing is
     /// taken under it.
-    pub const FENCE: Rank = Rank(11);
+    pub const FENCE: Rank = Rank(14);
 }
 
 /// Whether this build checks the lock order (debug builds, unit tests, the `lockcheck`
@@ -727,7 +734,9 @@ mod tests {
         let flusher = Mutex::across_io("flusher", Rank::FLUSHER, 0, ());
         let rename = Mutex::across_io("rename_lock", Rank::RENAME, 0, ());
         let cleaning = Mutex::across_io("cleaning", Rank::CLEANING, 0, ());
-        let tables = Mutex::new("tables", ());
+        let ifile = Mutex::ranked("ifile", Rank::IFILE, ());
+        let data_map = Mutex::ranked("data map", Rank::DATA_MAP, ());
+        let handles = Mutex::new("handles", ());
         let dirty = Mutex::new("dirty", ());
         let state = RwLock::ranked("inode state", Rank::INODE_STATE, ());
         let gate = Gate::new();
@@ -738,7 +747,8 @@ mod tests {
             let f = flusher.lock();
             let g = gate.read();
             let s = state.write();
-            let t = tables.lock();
+            let i = ifile.lock();
+            let d = data_map.lock();
             assert_eq!(
                 held_in_order(),
                 [
@@ -747,14 +757,16 @@ mod tests {
                     "flusher",
                     "gate (shared)",
                     "inode state",
-                    "tables"
+                    "ifile",
+                    "data map"
                 ]
             );
             drop(r);
+            drop(i);
             drop(f);
             drop(s);
             drop(c);
-            drop(t);
+            drop(d);
             drop(g);
         }
         assert!(held_in_order().is_empty());
@@ -765,16 +777,22 @@ mod tests {
         assert!(msg.contains("lock order: taking cleaning (rank 2"), "{msg}");
         assert!(msg.contains("while holding flusher (rank 5"), "{msg}");
         let msg = panic_message(|| {
-            let _t = tables.lock();
+            let _d = data_map.lock();
             let _s = state.read();
         });
         assert!(msg.contains("taking inode state"), "{msg}");
+        // The tables nest only in their order.
+        let msg = panic_message(|| {
+            let _d = data_map.lock();
+            let _i = ifile.lock();
+        });
+        assert!(msg.contains("taking ifile (rank 10"), "{msg}");
         // Two leaves are never nested.
         let msg = panic_message(|| {
-            let _t = tables.lock();
+            let _h = handles.lock();
             let _d = dirty.lock();
         });
-        assert!(msg.contains("taking dirty (rank 10"), "{msg}");
+        assert!(msg.contains("taking dirty (rank 13"), "{msg}");
         // Nor a no-I/O lock under itself: the gate taken shared under its own exclusive hold.
         let msg = panic_message(|| {
             let _w = gate.write();
@@ -783,9 +801,9 @@ mod tests {
         assert!(msg.contains("taking gate (shared)"), "{msg}");
         // A `try_` acquisition does not wait, so it is not checked; but it counts as held.
         {
-            let _t = tables.lock();
+            let _d = data_map.lock();
             let s = state.try_read().expect("free");
-            assert_eq!(held_in_order(), ["tables", "inode state"]);
+            assert_eq!(held_in_order(), ["data map", "inode state"]);
             drop(s);
         }
         // Each panic unwound its guards: nothing is held any more.

@@ -440,8 +440,8 @@ fn check_head(sink: &mut Sink, sb: &Superblock, cp: &Checkpoint) -> bool {
 /// Where the log continues when the checkpoint's head cannot be used: the start of a clean
 /// segment, then another (both marked active, as roll-forward marks the head's).
 pub fn fresh_head(sb: &Superblock, tables: &mut Tables, cp: &Checkpoint) -> Option<LogHead> {
-    let first = LogWriter::pick_segment(sb, tables, 0, &[])?;
-    let next = LogWriter::pick_segment(sb, tables, first, &[first])?;
+    let first = LogWriter::pick_segment(sb, &tables.ifile, 0, &[])?;
+    let next = LogWriter::pick_segment(sb, &tables.ifile, first, &[first])?;
     for seg in [first, next] {
         tables.ifile.set_seg_flags(seg, SEG_ACTIVE, 0);
     }

@@ -28,7 +28,7 @@ const MAX_WINDOW: u64 = 1024;
 
 /// Every file that holds a window, and how many blocks all windows hold.
 ///
-/// Lock order: an inode's `state`, then `files`, then the tables. Every inode with a window is
+/// Lock order: an inode's `state`, then `files`, then the data map. Every inode with a window is
 /// in `files` (it is added, under its state lock, when it gets one, and removed only under its
 /// state lock when it has none); an entry may stay a little after its window went (until the
 /// next sweep), which only delays that inode's eviction.
@@ -63,7 +63,7 @@ impl Fs {
     pub(crate) fn return_window(&self, e: &Arc<InodeEntry>, st: &mut InodeState) {
         if let Some((next, end)) = st.window.take() {
             self.windows.blocks.fetch_sub(end - next, Ordering::AcqRel);
-            self.tables.lock().data.unreserve(next, end - next);
+            self.data_map.lock().unreserve(next, end - next);
         }
         self.windows.forget(e);
     }
@@ -121,7 +121,7 @@ impl Fs {
         mut contiguous: bool,
     ) -> Result<Vec<(u64, u64)>> {
         let in_window = st.window.map_or(0, |(next, end)| end - next);
-        if n > in_window && n - in_window > self.tables.lock().data.free_blocks() {
+        if n > in_window && n - in_window > self.data_map.lock().free_blocks() {
             return Err(FsError::Errno(libc::ENOSPC));
         }
         let mut goal = goal;
@@ -146,14 +146,14 @@ impl Fs {
             let want = need.max((8 + st.d.blocks / 8).min(MAX_WINDOW));
             let g = out.last().map(|r| r.0 + r.1).unwrap_or(goal);
             let got = {
-                let mut t = self.tables.lock();
+                let mut data = self.data_map.lock();
                 if contiguous {
-                    let got = t.data.reserve_run(g, want);
+                    let got = data.reserve_run(g, want);
                     // No run that long anywhere: the rest is taken as it comes.
-                    contiguous = got.is_some_and(|r| r.1 >= want.min(t.data.blocks_per_group));
+                    contiguous = got.is_some_and(|r| r.1 >= want.min(data.blocks_per_group));
                     got
                 } else {
-                    t.data.reserve(g, want)
+                    data.reserve(g, want)
                 }
             };
             match got {
@@ -184,7 +184,7 @@ impl Fs {
                 }
             }
         }
-        self.tables.lock().data.group_start(st.d.group as u64)
+        self.data_map.lock().group_start(st.d.group as u64)
     }
 
     /// Reserve `n` data blocks for `e`, the first near file block `block`. Short of blocks,
@@ -223,9 +223,9 @@ impl Fs {
 
     /// Give back reserved runs an operation could not use.
     pub(crate) fn unreserve_runs(&self, runs: &[(u64, u64)]) {
-        let mut t = self.tables.lock();
+        let mut data = self.data_map.lock();
         for &(s, c) in runs {
-            t.data.unreserve(s, c);
+            data.unreserve(s, c);
         }
     }
 

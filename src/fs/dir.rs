@@ -182,9 +182,9 @@ impl Fs {
             .lock()
             .alloc()
             .ok_or(FsError::Errno(libc::ENOSPC))?;
-        let t = self.tables.lock();
-        let generation = t
+        let generation = self
             .ifile
+            .lock()
             .imap
             .get(ino as usize)
             .map(|e| e.generation)
@@ -192,7 +192,7 @@ impl Fs {
             .wrapping_add(1)
             .max(1);
         let group = if dir {
-            t.data.pick_dir_group(parent_group as u64) as u32
+            self.data_map.lock().pick_dir_group(parent_group as u64) as u32
         } else {
             parent_group
         };

@@ -244,7 +244,7 @@ impl Fs {
         // Parts only: the list of addresses is made after the gate.
         let mut plan = fl
             .writer
-            .plan_parts(&self.tables.lock(), nblocks, max_records)?;
+            .plan_parts(&self.ifile.lock(), nblocks, max_records)?;
         // From the snapshot until the tables show it, admission counts the transaction here.
         let planned: u64 = plan
             .parts
@@ -418,9 +418,10 @@ impl Fs {
 
         // ---- Phase 3: the transaction is durable; the tables follow it.
         {
-            let mut t = self.tables.lock();
+            let mut locked = self.lock_tables();
+            let mut t = locked.tables();
             t.apply(&placed, &records, now_secs())?;
-            fl.writer.commit(&mut t, &plan);
+            fl.writer.commit(t.ifile, &plan);
             self.tables_changed(&t);
             self.cleaner.counts.writing.store(0, Ordering::Release);
             self.cleaner.counts.writing_meta.store(0, Ordering::Release);
@@ -470,8 +471,9 @@ impl Fs {
         self.flush_locked(fl)?;
         let result = (|| {
             let prepared = {
-                let next_node_id = self.tree.next_node_id(); // the tree lock ranks before `tables`
-                let mut t = self.tables.lock();
+                let next_node_id = self.tree.next_node_id(); // the tree lock ranks before the tables
+                let mut locked = self.lock_tables();
+                let mut t = locked.tables();
                 let info = CheckpointInfo {
                     serial: fl.ckpt_serial + 1,
                     next_node_id,

@@ -321,3 +321,40 @@ fn tree_mutations_on_an_evicting_tree_do_no_io_under_the_gate() {
     );
     fs.unmount().unwrap();
 }
+
+/// A data allocation takes the data bitmaps' lock only: writes that reserve new blocks, and
+/// the last close that gives the rest of the window back, finish while another thread holds
+/// the IFile and the node map (as the log writer applying a transaction, a checkpoint and a
+/// cleaning pass's bound do). With one lock for all the tables they waited for that thread.
+#[test]
+fn a_data_allocation_waits_for_no_log_table() {
+    let (meta, data) = devices(32, 32);
+    let fs = Fs::mount(meta, data, quiet()).unwrap();
+    let (a, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let tables = (&fs.ifile, &fs.node_map);
+    let released_by_the_writer = std::thread::scope(|s| {
+        let holder = s.spawn(move || {
+            let _ifile = tables.0.lock();
+            let _nodes = tables.1.lock();
+            held_tx.send(()).unwrap();
+            // Until the writes are done, or long enough to tell that they waited.
+            done_rx.recv_timeout(Duration::from_secs(10)).is_ok()
+        });
+        held_rx.recv().unwrap();
+        // Blocks far apart, past the window and into indirect blocks: each write reserves.
+        for i in 0..8u64 {
+            fs.write(a.ino, fh, i * 2048 * 4096, &[i as u8; 4096])
+                .unwrap();
+        }
+        fs.release(a.ino, fh).unwrap();
+        done_tx.send(()).unwrap();
+        holder.join().unwrap()
+    });
+    assert!(
+        released_by_the_writer,
+        "a data allocation waited for the log's tables"
+    );
+    fs.unmount().unwrap();
+}

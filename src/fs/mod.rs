@@ -43,7 +43,10 @@ use crate::format::summary::Record;
 use crate::format::superblock::Superblock;
 use crate::lockcheck::Mutex as NoIoMutex;
 use crate::log::LogWriter;
-use crate::meta::Tables;
+use crate::meta::datamap::DataMap;
+use crate::meta::ifile::Ifile;
+use crate::meta::nodemap::NodeMap;
+use crate::meta::TablesMut;
 use crate::{FsError, Result};
 use inode::{InoAllocator, InodeCache, InodeEntry};
 #[cfg(test)]
@@ -160,7 +163,12 @@ pub struct Fs {
     opts: MountOptions,
     /// Pointers per indirect block.
     ppb: u64,
-    tables: NoIoMutex<Tables>,
+    /// The tables kept in meta files, each under its own lock (`lock_tables` takes all three,
+    /// in rank order): the IFile (inode map and segment usage: one meta file), the node map,
+    /// and the data bitmaps, which the data allocator changes alone.
+    ifile: NoIoMutex<Ifile>,
+    node_map: NoIoMutex<NodeMap>,
+    data_map: NoIoMutex<DataMap>,
     tree: BeTree,
     inodes: InodeCache,
     /// Inode blocks recently read.
@@ -206,12 +214,36 @@ pub struct Fs {
     after_snapshot: Mutex<Option<Box<dyn FnOnce(&Fs) + Send>>>,
 }
 
+/// A lock guard of this crate's no-I/O mutexes.
+type NoIoGuard<'a, T> = crate::lockcheck::Guard<parking_lot::MutexGuard<'a, T>>;
+
+/// The three tables locked together, in the one order (`Rank::IFILE`, `NODE_MAP`,
+/// `DATA_MAP`): for whoever needs more than one at a time (applying a transaction, a
+/// checkpoint, the cleaner's bounds, the figures admission reads).
+pub(crate) struct TableGuards<'a> {
+    sb: &'a Superblock,
+    ifile: NoIoGuard<'a, Ifile>,
+    nodes: NoIoGuard<'a, NodeMap>,
+    data: NoIoGuard<'a, DataMap>,
+}
+
+impl TableGuards<'_> {
+    pub(crate) fn tables(&mut self) -> TablesMut<'_> {
+        TablesMut {
+            sb: self.sb,
+            ifile: &mut self.ifile,
+            data: &mut self.data,
+            nodes: &mut self.nodes,
+        }
+    }
+}
+
 /// Reads tree nodes through the node map.
 struct Nodes<'a>(&'a Fs);
 
 impl NodeLoader for Nodes<'_> {
     fn load_node(&self, id: u64) -> Result<Vec<u8>> {
-        let addr = self.0.tables.lock().nodes.get(id);
+        let addr = self.0.node_map.lock().get(id);
         if addr == 0 {
             return Err(FsError::corrupt(
                 "directory tree",
@@ -242,6 +274,16 @@ impl Fs {
 
     fn nodes(&self) -> Nodes<'_> {
         Nodes(self)
+    }
+
+    /// All three tables, locked in rank order.
+    fn lock_tables(&self) -> TableGuards<'_> {
+        TableGuards {
+            sb: &self.sb,
+            ifile: self.ifile.lock(),
+            nodes: self.node_map.lock(),
+            data: self.data_map.lock(),
+        }
     }
 
     /// A block of the log named by something read from disk (an inode's indirect or symlink
@@ -307,7 +349,7 @@ impl Fs {
                 return Ok(e);
             }
             let seen = self.inodes.eviction_count();
-            let loc = self.tables.lock().ifile.entry(ino);
+            let loc = self.ifile.lock().entry(ino);
             let Some(loc) = loc else {
                 return Err(FsError::Errno(libc::ENOENT));
             };

@@ -96,13 +96,13 @@ pub fn check_pair(meta: &dyn BlockDevice, data: &dyn BlockDevice) -> Result<Supe
 fn continue_in_fresh_segment(sb: &Superblock, t: &mut Tables, head: LogHead) -> LogHead {
     let cur = sb.segment_of(head.addr);
     let next = head.next_segment;
-    let Some(fresh) = LogWriter::pick_segment(sb, t, next, &[cur, next]) else {
+    let Some(fresh) = LogWriter::pick_segment(sb, &t.ifile, next, &[cur, next]) else {
         log::warn!(
             "no clean segment to continue the log in after recovery; continuing at the head"
         );
         return head;
     };
-    let Some(after) = LogWriter::pick_segment(sb, t, fresh, &[cur, next, fresh]) else {
+    let Some(after) = LogWriter::pick_segment(sb, &t.ifile, fresh, &[cur, next, fresh]) else {
         log::warn!(
             "no clean segment to continue the log in after recovery; continuing at the head"
         );
@@ -138,13 +138,21 @@ impl Fs {
     ) -> Fs {
         let free: Vec<u64> = tables.ifile.free.iter().copied().collect();
         let next_new = tables.ifile.imap.len() as u64;
+        let Tables {
+            ifile,
+            data: data_map,
+            nodes: node_map,
+            ..
+        } = tables;
         let fences = [meta, data].map(|d| Arc::new(Fence::new(d)));
         let meta: Arc<dyn BlockDevice> = fences[0].clone();
         let data: Arc<dyn BlockDevice> = fences[1].clone();
         let writer = LogWriter::new(sb.clone(), meta.clone(), head);
         let fs = Fs {
             ppb: pointers_per_block(sb.block_size) as u64,
-            tables: NoIoMutex::new("tables", tables),
+            ifile: NoIoMutex::ranked("ifile", Rank::IFILE, ifile),
+            node_map: NoIoMutex::ranked("node map", Rank::NODE_MAP, node_map),
+            data_map: NoIoMutex::ranked("data map", Rank::DATA_MAP, data_map),
             tree,
             inodes: InodeCache::default(),
             inode_blocks: super::blockcache::BlockCache::new(
@@ -194,7 +202,7 @@ impl Fs {
             fences,
             opts,
         };
-        fs.tables_changed(&fs.tables.lock());
+        fs.tables_changed(&fs.lock_tables().tables());
         fs
     }
 
@@ -285,9 +293,9 @@ impl Fs {
         data: Arc<dyn BlockDevice>,
     ) -> Result<Arc<Fs>> {
         let mut tables = Tables::new(sb.clone());
-        let first =
-            LogWriter::pick_segment(&sb, &tables, 0, &[]).ok_or(FsError::Errno(libc::ENOSPC))?;
-        let next = LogWriter::pick_segment(&sb, &tables, first, &[first])
+        let first = LogWriter::pick_segment(&sb, &tables.ifile, 0, &[])
+            .ok_or(FsError::Errno(libc::ENOSPC))?;
+        let next = LogWriter::pick_segment(&sb, &tables.ifile, first, &[first])
             .ok_or(FsError::Errno(libc::ENOSPC))?;
         for s in [first, next] {
             tables

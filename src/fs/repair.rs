@@ -74,7 +74,8 @@ impl Fs {
         let _fl = self.flusher.lock();
         let _g = self.gate.write();
         self.tree.reset_empty();
-        let mut t = self.tables.lock();
+        let mut locked = self.lock_tables();
+        let t = locked.tables();
         for id in 0..t.nodes.addrs.len() as u64 {
             if t.nodes.get(id) != 0 {
                 t.nodes.set(id, 0);
@@ -350,11 +351,11 @@ impl Fs {
     pub(crate) fn repair_make_root(&self) -> Result<()> {
         let ino = crate::format::ROOT_INO;
         let generation = {
-            let t = self.tables.lock();
-            if t.ifile.entry(ino).is_some() {
+            let ifile = self.ifile.lock();
+            if ifile.entry(ino).is_some() {
                 return Err(FsError::Errno(libc::EEXIST));
             }
-            t.ifile
+            ifile
                 .imap
                 .get(ino as usize)
                 .map(|e| e.generation)

@@ -15,7 +15,7 @@ use crate::format::summary::{Descriptor, SS_CHECKPOINT};
 use crate::format::superblock::Superblock;
 use crate::format::{BlockKind, BITMAP_ID, IFILE_ID, NODEMAP_ID};
 use crate::meta::metafile::MetaFile;
-use crate::meta::Tables;
+use crate::meta::TablesMut;
 use crate::{FsError, Result};
 use std::collections::{BTreeSet, HashSet};
 
@@ -39,7 +39,7 @@ pub fn add_with_ancestors(set: &mut BTreeSet<Item>, f: &MetaFile, file: u64, ind
     }
 }
 
-fn metafile(t: &Tables, id: u64) -> &MetaFile {
+fn metafile<'a>(t: &'a TablesMut, id: u64) -> &'a MetaFile {
     match id {
         IFILE_ID => &t.ifile.file,
         BITMAP_ID => &t.data.file,
@@ -47,7 +47,7 @@ fn metafile(t: &Tables, id: u64) -> &MetaFile {
     }
 }
 
-fn metafile_mut(t: &mut Tables, id: u64) -> &mut MetaFile {
+fn metafile_mut<'a>(t: &'a mut TablesMut, id: u64) -> &'a mut MetaFile {
     match id {
         IFILE_ID => &mut t.ifile.file,
         BITMAP_ID => &mut t.data.file,
@@ -65,7 +65,7 @@ pub fn meta_inode_template(id: u64) -> DiskInode {
     }
 }
 
-fn collect(t: &Tables) -> Vec<Item> {
+fn collect(t: &TablesMut) -> Vec<Item> {
     let mut set = BTreeSet::new();
     for id in [IFILE_ID, BITMAP_ID, NODEMAP_ID] {
         let f = metafile(t, id);
@@ -76,7 +76,7 @@ fn collect(t: &Tables) -> Vec<Item> {
     set.into_iter().collect()
 }
 
-fn old_addr(t: &Tables, it: Item) -> u64 {
+fn old_addr(t: &TablesMut, it: Item) -> u64 {
     match it {
         Item::Block { file, index } => metafile(t, file).blocks[index as usize],
         Item::Indirect { file, level, index } => metafile(t, file)
@@ -125,7 +125,7 @@ impl PreparedCheckpoint {
 pub fn prepare_checkpoint(
     sb: &Superblock,
     w: &mut LogWriter,
-    t: &mut Tables,
+    t: &mut TablesMut,
     info: CheckpointInfo,
 ) -> Result<PreparedCheckpoint> {
     let bs = sb.block_size;
@@ -151,7 +151,7 @@ pub fn prepare_checkpoint(
     // Grow the set of blocks until every usage block the write touches is in it.
     let (items, plan) = loop {
         let items = collect(t);
-        let plan = w.plan(t, items.len(), 0)?;
+        let plan = w.plan(t.ifile, items.len(), 0)?;
         let mut touched: BTreeSet<u64> = plan.segments.iter().copied().collect();
         touched.insert(sb.segment_of(w.head.addr));
         touched.insert(w.head.next_segment);
@@ -175,7 +175,7 @@ pub fn prepare_checkpoint(
         }
     };
 
-    w.commit(t, &plan);
+    w.commit(t.ifile, &plan);
     for (&it, &addr) in items.iter().zip(&plan.addrs) {
         let old = match it {
             Item::Block { file, index } => {

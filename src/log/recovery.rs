@@ -265,10 +265,10 @@ pub fn roll_forward_limited(
     // the successor the writer then picked was never recorded, so pick one again.
     if committed.next_segment == sb.segment_of(committed.addr) {
         let head_seg = committed.next_segment;
-        committed.next_segment = super::LogWriter::pick_segment(sb, t, head_seg, &[head_seg])
-            .ok_or_else(|| {
-                FsError::corrupt("segment usage", "no clean segment to continue the log in")
-            })?;
+        committed.next_segment =
+            super::LogWriter::pick_segment(sb, &t.ifile, head_seg, &[head_seg]).ok_or_else(
+                || FsError::corrupt("segment usage", "no clean segment to continue the log in"),
+            )?;
     }
     // Segments holding log since the checkpoint must not be reused before the next one.
     for &s in &passed_segments {

@@ -9,7 +9,7 @@ use crate::device::BlockDevice;
 use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY};
 use crate::format::summary::{Descriptor, Record, Summary, SS_CONT};
 use crate::format::superblock::Superblock;
-use crate::meta::Tables;
+use crate::meta::ifile::Ifile;
 use crate::{FsError, Result};
 use std::sync::Arc;
 
@@ -92,17 +92,17 @@ impl LogWriter {
     }
 
     /// A clean segment to continue in, after `after`, avoiding `busy`.
-    pub fn pick_segment(sb: &Superblock, t: &Tables, after: u64, busy: &[u64]) -> Option<u64> {
+    pub fn pick_segment(sb: &Superblock, ifile: &Ifile, after: u64, busy: &[u64]) -> Option<u64> {
         let n = sb.segments;
         (1..n)
             .map(|i| (after + i) % n)
-            .find(|&s| s != 0 && t.ifile.usage[s as usize].is_clean() && !busy.contains(&s))
+            .find(|&s| s != 0 && ifile.usage[s as usize].is_clean() && !busy.contains(&s))
     }
 
     /// Plan `nblocks` blocks and up to `max_records` records. Fails with ENOSPC when the log
     /// would need a segment and none is clean.
-    pub fn plan(&self, t: &Tables, nblocks: usize, max_records: usize) -> Result<Plan> {
-        let mut plan = self.plan_parts(t, nblocks, max_records)?;
+    pub fn plan(&self, ifile: &Ifile, nblocks: usize, max_records: usize) -> Result<Plan> {
+        let mut plan = self.plan_parts(ifile, nblocks, max_records)?;
         plan.addrs = part_addrs(&plan.parts, 0, nblocks);
         Ok(plan)
     }
@@ -110,7 +110,7 @@ impl LogWriter {
     /// `plan` without the list of block addresses (`addrs` left empty): O(partial segments),
     /// for the log writer's exclusive phase, which hands out addresses by position and lists
     /// them after the gate (`part_addrs`).
-    pub fn plan_parts(&self, t: &Tables, nblocks: usize, max_records: usize) -> Result<Plan> {
+    pub fn plan_parts(&self, ifile: &Ifile, nblocks: usize, max_records: usize) -> Result<Plan> {
         let bs = self.bs();
         let mut h = self.head;
         let mut parts = Vec::new();
@@ -146,7 +146,7 @@ impl LogWriter {
             if self.sb.segment_end(seg) - h.addr < 2 {
                 let next = h.next_segment;
                 let busy: Vec<u64> = segments.iter().copied().chain([next]).collect();
-                let after = LogWriter::pick_segment(&self.sb, t, next, &busy)
+                let after = LogWriter::pick_segment(&self.sb, ifile, next, &busy)
                     .ok_or(FsError::Errno(libc::ENOSPC))?;
                 h.addr = self.sb.segment_start(next);
                 h.next_segment = after;
@@ -170,20 +170,20 @@ impl LogWriter {
 
     /// Move the head to the plan's end and update segment flags: every segment written is
     /// DIRTY (never reused before the next checkpoint), the head's and next segment ACTIVE.
-    pub fn commit(&mut self, t: &mut Tables, plan: &Plan) {
+    pub fn commit(&mut self, ifile: &mut Ifile, plan: &Plan) {
         let old_active = [self.sb.segment_of(self.head.addr), self.head.next_segment];
         for &s in &plan.segments {
-            t.ifile.set_seg_flags(s, SEG_DIRTY, 0);
+            ifile.set_seg_flags(s, SEG_DIRTY, 0);
         }
         self.head = plan.end;
         let new_active = [self.sb.segment_of(self.head.addr), self.head.next_segment];
         for s in old_active {
             if !new_active.contains(&s) {
-                t.ifile.set_seg_flags(s, 0, SEG_ACTIVE);
+                ifile.set_seg_flags(s, 0, SEG_ACTIVE);
             }
         }
         for s in new_active {
-            t.ifile.set_seg_flags(s, SEG_ACTIVE, 0);
+            ifile.set_seg_flags(s, SEG_ACTIVE, 0);
         }
     }
 

@@ -47,6 +47,17 @@ pub struct Tables {
     pub nodes: NodeMap,
 }
 
+/// The three tables, each borrowed: what `apply` and a checkpoint work on. Owned tables
+/// (mount, roll-forward, the checker) lend themselves as one (`Tables::parts_mut`); a mounted
+/// file system keeps each table under its own lock and builds one from the three guards,
+/// taken in the one order (`fs::TableGuards`).
+pub struct TablesMut<'a> {
+    pub sb: &'a Superblock,
+    pub ifile: &'a mut Ifile,
+    pub data: &'a mut DataMap,
+    pub nodes: &'a mut NodeMap,
+}
+
 impl Tables {
     /// Fresh tables for a new file system.
     pub fn new(sb: Arc<Superblock>) -> Tables {
@@ -58,6 +69,22 @@ impl Tables {
         }
     }
 
+    pub fn parts_mut(&mut self) -> TablesMut<'_> {
+        TablesMut {
+            sb: &self.sb,
+            ifile: &mut self.ifile,
+            data: &mut self.data,
+            nodes: &mut self.nodes,
+        }
+    }
+
+    /// Apply one transaction (`TablesMut::apply`).
+    pub fn apply(&mut self, blocks: &[PlacedBlock], records: &[Record], now: u64) -> Result<()> {
+        self.parts_mut().apply(blocks, records, now)
+    }
+}
+
+impl TablesMut<'_> {
     fn seg(&self, addr: u64) -> u64 {
         self.sb.segment_of(addr)
     }

@@ -7,7 +7,7 @@ use crate::format::summary::{DESC_SIZE, RECORD_SIZE, SUMMARY_HEADER};
 use crate::format::{BITMAP_ID, IFILE_ID, NODEMAP_ID};
 use crate::log::checkpoint::{add_with_ancestors, Item};
 use crate::meta::metafile::MetaFile;
-use crate::meta::Tables;
+use crate::meta::TablesMut;
 use std::collections::BTreeSet;
 
 impl Geometry {
@@ -57,7 +57,7 @@ impl Geometry {
     }
 }
 
-pub(super) fn metafile(t: &Tables, id: u64) -> &MetaFile {
+pub(super) fn metafile<'a>(t: &'a TablesMut, id: u64) -> &'a MetaFile {
     match id {
         IFILE_ID => &t.ifile.file,
         BITMAP_ID => &t.data.file,
@@ -66,7 +66,7 @@ pub(super) fn metafile(t: &Tables, id: u64) -> &MetaFile {
 }
 
 /// Every block and indirect block of the meta files: no checkpoint writes more.
-pub(super) fn meta_total_blocks(t: &Tables) -> u64 {
+pub(super) fn meta_total_blocks(t: &TablesMut) -> u64 {
     [IFILE_ID, BITMAP_ID, NODEMAP_ID]
         .iter()
         .map(|&id| {
@@ -78,7 +78,7 @@ pub(super) fn meta_total_blocks(t: &Tables) -> u64 {
 
 /// Meta blocks the next checkpoint writes as things are now (dirty ones, and all indirect
 /// blocks of a file with any), plus the usage blocks it may add and the IFile header.
-pub(super) fn meta_dirty_blocks(t: &Tables, g: &Geometry) -> u64 {
+pub(super) fn meta_dirty_blocks(t: &TablesMut, g: &Geometry) -> u64 {
     let mut n = g.usage_blocks() + 1;
     for id in [IFILE_ID, BITMAP_ID, NODEMAP_ID] {
         let f = metafile(t, id);
@@ -136,7 +136,7 @@ impl CostAcc {
     /// into or empties), the inode-map blocks of the inodes it moves, the node-map blocks of
     /// the nodes it moves, and the victims' own meta blocks. What writers dirty meanwhile is
     /// theirs: it is in what they have pending.
-    pub(super) fn first_checkpoint(&self, t: &Tables, g: &Geometry) -> BTreeSet<Item> {
+    pub(super) fn first_checkpoint(&self, t: &TablesMut, g: &Geometry) -> BTreeSet<Item> {
         let mut set = usage_and_header(t, g);
         let imap: BTreeSet<u64> = self.inos.iter().map(|&i| g.imap_block(i)).collect();
         for b in imap {
@@ -154,7 +154,7 @@ impl CostAcc {
 
     /// The second checkpoint, which frees victims that held meta blocks (the first relocates
     /// them): the usage blocks and the IFile header. None when no victim held meta blocks.
-    pub(super) fn second_checkpoint(&self, t: &Tables, g: &Geometry) -> BTreeSet<Item> {
+    pub(super) fn second_checkpoint(&self, t: &TablesMut, g: &Geometry) -> BTreeSet<Item> {
         if self.meta.is_empty() {
             BTreeSet::new()
         } else {
@@ -164,7 +164,7 @@ impl CostAcc {
 
     /// Upper bound of the log blocks the pass writes for itself: its transaction (one
     /// inode block more for packing) with summaries, and its checkpoints.
-    pub(super) fn bound(&self, t: &Tables, g: &Geometry) -> u64 {
+    pub(super) fn bound(&self, t: &TablesMut, g: &Geometry) -> u64 {
         let (blocks, records) = self.txn(g);
         let blocks = blocks + 1;
         blocks
@@ -204,7 +204,7 @@ fn checkpoint_share(g: &Geometry, blocks: u64) -> u64 {
 }
 
 /// The IFile's header and usage blocks, with their indirect blocks.
-fn usage_and_header(t: &Tables, g: &Geometry) -> BTreeSet<Item> {
+fn usage_and_header(t: &TablesMut, g: &Geometry) -> BTreeSet<Item> {
     let mut set = BTreeSet::new();
     for b in 0..=g.usage_blocks() {
         add_with_ancestors(&mut set, &t.ifile.file, IFILE_ID, b);

@@ -52,7 +52,7 @@ impl Fs {
     pub(super) fn scan_segment(&self, seg: u64) -> Result<SegmentScan> {
         let mut scan = SegmentScan {
             seg,
-            live_bytes: self.tables.lock().ifile.usage[seg as usize].live_bytes as u64,
+            live_bytes: self.ifile.lock().usage[seg as usize].live_bytes as u64,
             ..Default::default()
         };
         for (addr, summary) in self.segment_summaries(seg)? {
@@ -69,7 +69,7 @@ impl Fs {
                     }
                     // Value blocks are named by node ids too, and move the same way.
                     BlockKind::Node | BlockKind::Value => {
-                        if self.tables.lock().nodes.get(d.owner) == a {
+                        if self.node_map.lock().get(d.owner) == a {
                             scan.items.push((a, Live::Node { id: d.owner }));
                         }
                     }
@@ -114,13 +114,13 @@ impl Fs {
         let Ok(n) = check_inode_block(&block) else {
             return Ok(Vec::new());
         };
-        let t = self.tables.lock();
+        let ifile = self.ifile.lock();
         let mut out = Vec::new();
         for slot in 1..=n {
             let Ok(d) = inode_in_block(&block, slot) else {
                 continue;
             };
-            if t.ifile
+            if ifile
                 .entry(d.ino)
                 .is_some_and(|e| e.addr == a && e.slot as usize == slot)
             {
@@ -136,7 +136,7 @@ impl Fs {
         &self,
         ino: u64,
     ) -> Result<Option<std::sync::Arc<crate::fs::inode::InodeEntry>>> {
-        if self.tables.lock().ifile.entry(ino).is_none() {
+        if self.ifile.lock().entry(ino).is_none() {
             return Ok(None);
         }
         match self.inode_used(ino, false) {
@@ -185,7 +185,8 @@ impl Fs {
     }
 
     pub(super) fn meta_is_live(&self, kind: BlockKind, file: u64, index: u64, a: u64) -> bool {
-        let t = self.tables.lock();
+        let mut locked = self.lock_tables();
+        let t = locked.tables();
         if ![IFILE_ID, BITMAP_ID, NODEMAP_ID].contains(&file) {
             return false;
         }
@@ -213,9 +214,8 @@ impl Fs {
 
     pub(super) fn move_inode(&self, ino: u64, slot: u16, a: u64) -> Result<u64> {
         let live = self
-            .tables
-            .lock()
             .ifile
+            .lock()
             .entry(ino)
             .is_some_and(|e| e.addr == a && e.slot == slot);
         if !live {
@@ -234,7 +234,7 @@ impl Fs {
     }
 
     pub(super) fn move_node(&self, id: u64, a: u64) -> Result<u64> {
-        if self.tables.lock().nodes.get(id) != a {
+        if self.node_map.lock().get(id) != a {
             return Ok(0);
         }
         let _pre = self.tree.preload_node(&self.nodes(), id)?;
@@ -301,7 +301,8 @@ impl Fs {
 
     /// Meta blocks are written by the checkpoint that ends the pass.
     pub(super) fn move_meta(&self, file: u64, index: u64) -> u64 {
-        let mut t = self.tables.lock();
+        let mut locked = self.lock_tables();
+        let t = locked.tables();
         let mf: &mut MetaFile = match file {
             IFILE_ID => &mut t.ifile.file,
             BITMAP_ID => &mut t.data.file,

@@ -270,15 +270,9 @@ impl Fs {
     // ------------------------------------------------------------------------------------
 
     pub(super) fn choose_victims(&self, policy: Policy, max: usize) -> Vec<u64> {
-        let t = self.tables.lock();
+        let ifile = self.ifile.lock();
         let seg_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
-        policy::choose(
-            &t.ifile.usage,
-            seg_bytes,
-            crate::log::now_secs(),
-            policy,
-            max,
-        )
+        policy::choose(&ifile.usage, seg_bytes, crate::log::now_secs(), policy, max)
     }
 
     /// Clean up to `max` segments chosen by `policy`, then checkpoint so they become reusable
@@ -314,7 +308,7 @@ impl Fs {
         if seg == head_seg || seg == next {
             return Some("the log head is there");
         }
-        let u = self.tables.lock().ifile.usage[seg as usize];
+        let u = self.ifile.lock().usage[seg as usize];
         if u.flags & SEG_RESERVED != 0 {
             return Some("reserved");
         }
@@ -382,7 +376,7 @@ impl Fs {
             let scan = self.scan_segment(seg)?;
             let mut trial = acc.clone();
             trial.add(&scan, g.ppb);
-            if trial.bound(&self.tables.lock(), &g) > budget {
+            if trial.bound(&self.lock_tables().tables(), &g) > budget {
                 rep.refused
                     .push((seg, "its live blocks do not fit the clean segments".into()));
                 // Candidates come best first: after two misfits the rest will hardly fit.
@@ -406,7 +400,8 @@ impl Fs {
             }
         };
         let best = {
-            let t = self.tables.lock();
+            let mut locked = self.lock_tables();
+            let t = locked.tables();
             let mut best: Option<(u64, usize)> = None;
             for (i, p) in prefixes.iter().enumerate() {
                 if let Some(m) = margin(i as u64 + 1, p.bound(&t, &g)) {
@@ -431,7 +426,8 @@ impl Fs {
         // The bound and the checkpoints' claims are fixed now: the victims' items decide
         // them, and the pass changes no meta file's shape.
         let (bound, first_claim, second_claim) = {
-            let t = self.tables.lock();
+            let mut locked = self.lock_tables();
+            let t = locked.tables();
             (
                 acc.bound(&t, &g),
                 acc.first_checkpoint(&t, &g),
@@ -477,9 +473,9 @@ impl Fs {
             self.checkpoint_written(&mut fl, false)?
         };
         let dead_but_dirty = {
-            let t = self.tables.lock();
+            let ifile = self.ifile.lock();
             scans.iter().any(|s| {
-                let u = t.ifile.usage[s.seg as usize];
+                let u = ifile.usage[s.seg as usize];
                 u.live_bytes == 0 && !u.is_clean()
             })
         };
@@ -498,13 +494,13 @@ impl Fs {
         );
         rep.bytes_written = written * g.block_size;
         {
-            let t = self.tables.lock();
+            let ifile = self.ifile.lock();
             for s in &scans {
-                if t.ifile.usage[s.seg as usize].is_clean() {
+                if ifile.usage[s.seg as usize].is_clean() {
                     rep.cleaned.push(s.seg);
                     rep.bytes_freed += self.segment_bytes_of(s.seg).saturating_sub(s.live_bytes);
                 } else {
-                    let live = t.ifile.usage[s.seg as usize].live_bytes;
+                    let live = ifile.usage[s.seg as usize].live_bytes;
                     rep.refused.push((
                         s.seg,
                         format!("still holds {live} live bytes after the pass"),
@@ -632,12 +628,11 @@ impl Fs {
     }
 
     pub fn usage_table(&self) -> UsageTable {
-        let t = self.tables.lock();
+        let ifile = self.ifile.lock();
         UsageTable {
             segment_bytes: self.sb.segment_blocks as u64 * self.sb.block_size as u64,
             now: crate::log::now_secs(),
-            segments: t
-                .ifile
+            segments: ifile
                 .usage
                 .iter()
                 .map(|u| SegmentInfo {
@@ -652,15 +647,14 @@ impl Fs {
     pub fn cleaner_status(&self) -> Status {
         let sp = self.space();
         let (clean, live, dirty) = {
-            let t = self.tables.lock();
-            let live: u64 = t.ifile.usage.iter().map(|u| u.live_bytes as u64).sum();
-            let dirty = t
-                .ifile
+            let ifile = self.ifile.lock();
+            let live: u64 = ifile.usage.iter().map(|u| u.live_bytes as u64).sum();
+            let dirty = ifile
                 .usage
                 .iter()
                 .filter(|u| u.flags & SEG_DIRTY != 0)
                 .count() as u64;
-            (t.ifile.clean_segments(), live, dirty)
+            (ifile.clean_segments(), live, dirty)
         };
         let segment_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
         let counters = self.cleaner_counters();

@@ -1,13 +1,13 @@
 //! What admission reads, kept in atomics so that admitting an operation takes no lock
 //! (docs/DESIGN.md, "Admission without locks"): the figures of the tables (clean segments,
-//! live bytes, meta-file blocks) are stored under the tables' lock by every change that
+//! live bytes, meta-file blocks) are stored under the tables' locks by every change that
 //! moves them (`Fs::tables_changed`); what is pending is counted where it is kept (the dirty
 //! inode map, the records, the tree's state lock, the charges of operations in flight).
 
 use super::*;
 use crate::format::meta::entries16_per_block;
 use crate::format::{BITMAP_ID, IFILE_ID, NODEMAP_ID};
-use crate::meta::Tables;
+use crate::meta::TablesMut;
 
 /// The figures admission reads; see the module comment for who keeps each.
 #[derive(Default)]
@@ -38,9 +38,10 @@ pub(crate) struct RoomCounts {
 }
 
 impl Fs {
-    /// The tables changed: store the figures admission reads (the caller holds their lock,
-    /// so stores follow the changes in order).
-    pub(crate) fn tables_changed(&self, t: &Tables) {
+    /// The tables changed: store the figures admission reads (the caller holds their locks,
+    /// all three, so stores follow the changes in order; the data allocator's reservations,
+    /// made under the data map's lock alone, change none of these figures).
+    pub(crate) fn tables_changed(&self, t: &TablesMut) {
         let g = self.geometry();
         let c = &self.cleaner.counts;
         c.clean.store(t.ifile.clean_segments(), Ordering::Release);
@@ -93,7 +94,8 @@ impl Fs {
         // Leaves of the lock order, taken one at a time.
         let dirty = self.dirty.lock().len() as u64;
         let records = self.records.lock().len() as u64;
-        let t = self.tables.lock();
+        let mut locked = self.lock_tables();
+        let t = locked.tables();
         let g = self.geometry();
         let c = &self.cleaner.counts;
         let live: u64 = t.ifile.usage.iter().map(|u| u.live_bytes as u64).sum();

@@ -29,7 +29,7 @@ impl Fs {
     // ------------------------------------------------------------------------------------
 
     pub fn clean_segments_count(&self) -> u64 {
-        self.tables.lock().ifile.clean_segments()
+        self.ifile.lock().clean_segments()
     }
 
     /// Clean segments only the cleaner may use: the worst case of a one-segment pass plus
@@ -320,7 +320,7 @@ impl Fs {
             return 0;
         }
         let (live, dead) = {
-            let t = self.tables.lock();
+            let ifile = self.ifile.lock();
             let mut live = 0u64;
             let mut dead = 0u64;
             // Dead space is worth counting in segments cleaning can reclaim even with the
@@ -332,7 +332,7 @@ impl Fs {
             // refused, the check above says so.)
             let r = sp.reserve.max(2) as f64;
             let reclaim = ((r - 1.0) / r).min(super::policy::MAX_VICTIM_UTILIZATION);
-            for u in &t.ifile.usage {
+            for u in &ifile.usage {
                 live += u.live_bytes as u64;
                 let victim = u.flags & SEG_DIRTY != 0 && u.flags & (SEG_ACTIVE | SEG_RESERVED) == 0;
                 if victim && (u.live_bytes as f64) <= reclaim * seg_bytes as f64 {
