@@ -1,4 +1,5 @@
-//! Data allocation: per-file reservation windows.
+//! Data allocation: the data device, its bitmaps, and per-file reservation windows (the
+//! `DataAlloc` component of `Fs`, docs/DESIGN.md "Modules and their dependencies").
 //!
 //! A file being written holds a *window*, a run of reserved data blocks right after its last
 //! block, and its new blocks come from there: a file written sequentially comes out
@@ -14,13 +15,17 @@
 //! So windowed blocks are free space, and statfs counts them as free (`Windows::blocks`).
 
 use super::inode::{InodeEntry, InodeState};
-use super::Fs;
+use super::{Fs, NoIoGuard};
+use crate::device::fence::Fence;
+use crate::device::BlockDevice;
 use crate::format::bmap::DataPtr;
 use crate::format::summary::Record;
+use crate::lockcheck::{Mutex as NoIoMutex, Rank};
+use crate::meta::datamap::DataMap;
 use crate::{FsError, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Largest reservation window, in blocks (it grows with the file up to this).
@@ -58,12 +63,87 @@ impl Windows {
     }
 }
 
-impl Fs {
+/// Data allocation: the data device, the data bitmaps under their own lock, the files'
+/// reservation windows, and whether file data waits for a flush of the device. The log
+/// applies its allocations and frees to the bitmaps (`lock_map`, with the other tables);
+/// everything else goes through the methods here.
+pub(crate) struct DataAlloc {
+    /// The data device, behind the fence `shutdown` cuts.
+    fence: Arc<Fence>,
+    /// The data bitmaps and group descriptors (`Rank::DATA_MAP`).
+    map: NoIoMutex<DataMap>,
+    /// Data blocks reserved for files' next writes.
+    windows: Windows,
+    /// File data was written since the last data-device flush.
+    written: AtomicBool,
+    /// Pointers per indirect block.
+    ppb: u64,
+}
+
+impl DataAlloc {
+    pub(crate) fn new(fence: Arc<Fence>, map: DataMap, ppb: u64) -> DataAlloc {
+        DataAlloc {
+            fence,
+            map: NoIoMutex::ranked("data map", Rank::DATA_MAP, map),
+            windows: Default::default(),
+            written: AtomicBool::new(false),
+            ppb,
+        }
+    }
+
+    /// The data device (reads and writes of file data).
+    pub(crate) fn dev(&self) -> &dyn BlockDevice {
+        &*self.fence
+    }
+
+    /// File data was written: the next log write flushes the data device first.
+    pub(crate) fn mark_written(&self) {
+        self.written.store(true, Ordering::Release);
+    }
+
+    /// Flush the data device if file data was written since the last flush.
+    pub(crate) fn flush_written(&self) -> Result<()> {
+        if self.written.swap(false, Ordering::AcqRel) {
+            self.fence.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Stop every access to the data device (`Fs::shutdown`).
+    pub(crate) fn cut(&self) {
+        self.fence.cut();
+    }
+
+    pub(crate) fn is_cut(&self) -> bool {
+        self.fence.is_cut()
+    }
+
+    /// The bitmaps, for the log applying a transaction or writing a checkpoint: taken with
+    /// the other tables, in rank order (`Fs::lock_tables`).
+    pub(crate) fn lock_map(&self) -> NoIoGuard<'_, DataMap> {
+        self.map.lock()
+    }
+
+    /// Blocks free for allocation (not committed, not reserved).
+    pub(crate) fn free_blocks(&self) -> u64 {
+        self.map.lock().free_blocks()
+    }
+
+    /// Blocks reserved in windows and not yet given to a write (free space).
+    pub(crate) fn windowed_blocks(&self) -> u64 {
+        self.windows.blocks()
+    }
+
+    /// A group for a new directory (`DataMap::pick_dir_group`).
+    pub(crate) fn pick_dir_group(&self, parent_group: u64) -> u64 {
+        self.map.lock().pick_dir_group(parent_group)
+    }
+
     /// Give back the rest of `e`'s window (the caller holds its state lock `st`).
     pub(crate) fn return_window(&self, e: &Arc<InodeEntry>, st: &mut InodeState) {
         if let Some((next, end)) = st.window.take() {
             self.windows.blocks.fetch_sub(end - next, Ordering::AcqRel);
-            self.data_map.lock().unreserve(next, end - next);
+            self.map.lock().unreserve(next, end - next);
         }
         self.windows.forget(e);
     }
@@ -121,7 +201,7 @@ impl Fs {
         mut contiguous: bool,
     ) -> Result<Vec<(u64, u64)>> {
         let in_window = st.window.map_or(0, |(next, end)| end - next);
-        if n > in_window && n - in_window > self.data_map.lock().free_blocks() {
+        if n > in_window && n - in_window > self.map.lock().free_blocks() {
             return Err(FsError::Errno(libc::ENOSPC));
         }
         let mut goal = goal;
@@ -146,7 +226,7 @@ impl Fs {
             let want = need.max((8 + st.d.blocks / 8).min(MAX_WINDOW));
             let g = out.last().map(|r| r.0 + r.1).unwrap_or(goal);
             let got = {
-                let mut data = self.data_map.lock();
+                let mut data = self.map.lock();
                 if contiguous {
                     let got = data.reserve_run(g, want);
                     // No run that long anywhere: the rest is taken as it comes.
@@ -184,9 +264,19 @@ impl Fs {
                 }
             }
         }
-        self.data_map.lock().group_start(st.d.group as u64)
+        self.map.lock().group_start(st.d.group as u64)
     }
 
+    /// Give back reserved runs an operation could not use.
+    pub(crate) fn unreserve_runs(&self, runs: &[(u64, u64)]) {
+        let mut data = self.map.lock();
+        for &(s, c) in runs {
+            data.unreserve(s, c);
+        }
+    }
+}
+
+impl Fs {
     /// Reserve `n` data blocks for `e`, the first near file block `block`. Short of blocks,
     /// the windows of every file go back first, and blocks freed by deletes become
     /// allocatable once the log has the free: a full device has room again right after
@@ -200,13 +290,13 @@ impl Fs {
     ) -> Result<Vec<(u64, u64)>> {
         let alloc = || {
             let mut st = e.state.write();
-            let goal = self.data_goal(&st, block);
-            self.alloc_data(e, &mut st, n, goal, contiguous)
+            let goal = self.alloc.data_goal(&st, block);
+            self.alloc.alloc_data(e, &mut st, n, goal, contiguous)
         };
         match alloc() {
             Err(FsError::Errno(libc::ENOSPC)) => {
                 // Without the state lock: returning windows takes other files' state locks.
-                let windows_back = self.return_all_windows() > 0;
+                let windows_back = self.alloc.return_all_windows() > 0;
                 let frees_pending = self.data_frees_pending();
                 if frees_pending {
                     self.sync_log()?;
@@ -218,14 +308,6 @@ impl Fs {
                 }
             }
             r => r,
-        }
-    }
-
-    /// Give back reserved runs an operation could not use.
-    pub(crate) fn unreserve_runs(&self, runs: &[(u64, u64)]) {
-        let mut data = self.data_map.lock();
-        for &(s, c) in runs {
-            data.unreserve(s, c);
         }
     }
 

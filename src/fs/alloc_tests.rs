@@ -54,11 +54,11 @@ fn windows_of_open_files_are_free_space_a_writer_gets() {
         open.push((f, fh));
     }
     assert!(
-        fs.windows.blocks() >= 200 * 7,
+        fs.alloc.windowed_blocks() >= 200 * 7,
         "each file holds a window: {}",
-        fs.windows.blocks()
+        fs.alloc.windowed_blocks()
     );
-    assert_eq!(fs.windows.blocks(), windowed(&fs));
+    assert_eq!(fs.alloc.windowed_blocks(), windowed(&fs));
     let st = fs.statfs().unwrap();
     // Block 0 is the data superblock; each small file owns one block.
     assert_eq!(
@@ -78,7 +78,7 @@ fn windows_of_open_files_are_free_space_a_writer_gets() {
         at += n as u64;
     }
     assert_eq!(fs.statfs().unwrap().bavail, 0);
-    assert_eq!(fs.windows.blocks(), windowed(&fs));
+    assert_eq!(fs.alloc.windowed_blocks(), windowed(&fs));
     // The device is full now: one more block anywhere is ENOSPC.
     let (f, fh) = open[0];
     let err = fs.write(f, fh, BS, b"one more block").unwrap_err();
@@ -104,11 +104,11 @@ fn idle_windows_go_back_and_a_pausing_writer_stays_contiguous() {
     assert!(held.is_some_and(|(a, b)| b > a), "the write left a window");
     let free_before = fs.statfs().unwrap().bfree;
     // First sweep: marked unused; second: returned.
-    fs.return_idle_windows();
+    fs.alloc.return_idle_windows();
     assert_eq!(fs.inode(c).unwrap().state.read().window, held);
-    fs.return_idle_windows();
+    fs.alloc.return_idle_windows();
     assert_eq!(fs.inode(c).unwrap().state.read().window, None);
-    assert_eq!(fs.windows.blocks(), 0);
+    assert_eq!(fs.alloc.windowed_blocks(), 0);
     assert_eq!(
         fs.statfs().unwrap().bfree,
         free_before,
@@ -123,8 +123,8 @@ fn idle_windows_go_back_and_a_pausing_writer_stays_contiguous() {
         fs.write(s, sh, k * chunk.len() as u64, &chunk).unwrap();
         if k % 8 == 7 {
             // A pause of two flush intervals: the window goes back.
-            fs.return_idle_windows();
-            fs.return_idle_windows();
+            fs.alloc.return_idle_windows();
+            fs.alloc.return_idle_windows();
             assert_eq!(fs.inode(s).unwrap().state.read().window, None);
         }
     }
@@ -133,7 +133,7 @@ fn idle_windows_go_back_and_a_pausing_writer_stays_contiguous() {
         fs.release(f, fh).unwrap();
     }
     assert_eq!(
-        fs.windows.blocks(),
+        fs.alloc.windowed_blocks(),
         0,
         "the last close returns every window"
     );
@@ -154,10 +154,10 @@ fn sweeps_leave_busy_writers_layout_alone() {
                 fs.write(f, fh, k * chunk.len() as u64, &chunk).unwrap();
             }
             if sweep {
-                fs.return_idle_windows();
+                fs.alloc.return_idle_windows();
             }
         }
-        assert_eq!(fs.windows.blocks(), windowed(&fs));
+        assert_eq!(fs.alloc.windowed_blocks(), windowed(&fs));
         let blocks = 80 * chunk.len() as u64 / BS;
         let maps: Vec<Vec<u64>> = files
             .iter()

@@ -131,7 +131,7 @@ impl Fs {
         // writes the log first. So are blocks in files' reservation windows: a write short
         // of blocks takes them back first (alloc.rs).
         let free =
-            self.data_map.lock().free_blocks() + self.pending_data_frees() + self.windows.blocks();
+            self.alloc.free_blocks() + self.pending_data_frees() + self.alloc.windowed_blocks();
         // A log block of pointers maps ppb data blocks (and its ancestors take 1/ppb more).
         let describable = (room / bs).saturating_mul(self.ppb - 1);
         Ok(StatFs {

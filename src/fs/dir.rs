@@ -192,7 +192,7 @@ impl Fs {
             .wrapping_add(1)
             .max(1);
         let group = if dir {
-            self.data_map.lock().pick_dir_group(parent_group as u64) as u32
+            self.alloc.pick_dir_group(parent_group as u64) as u32
         } else {
             parent_group
         };

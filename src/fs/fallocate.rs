@@ -23,7 +23,6 @@ use super::{bmap, Fs};
 use crate::format::bmap::{max_blocks, unwritten, DataPtr};
 use crate::format::summary::Record;
 use crate::{FsError, Result};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
@@ -220,7 +219,7 @@ impl Fs {
             false => Ok(()),
         });
         if let Err(err) = zeroed {
-            self.unreserve_runs(&runs);
+            self.alloc.unreserve_runs(&runs);
             return Err(err);
         }
         let _g = self.gate.read();
@@ -292,9 +291,10 @@ impl Fs {
                 continue; // a whole block: not zeroed in place
             }
             if let DataPtr::Written(a) = DataPtr::decode(self.resolve(e, n)?) {
-                self.data
+                self.alloc
+                    .dev()
                     .write_at(&vec![0u8; (hi - lo) as usize], a * bs + (lo - n * bs))?;
-                self.data_dirty.store(true, Ordering::Release);
+                self.alloc.mark_written();
             }
         }
         Ok(())
@@ -304,8 +304,8 @@ impl Fs {
     /// last block (see `tail_past_end`).
     fn zero_tail(&self, e: &InodeEntry, size: u64, to: u64) -> Result<()> {
         if let Some((at, len)) = self.tail_past_end(e, size, to)? {
-            self.data.write_at(&vec![0u8; len], at)?;
-            self.data_dirty.store(true, Ordering::Release);
+            self.alloc.dev().write_at(&vec![0u8; len], at)?;
+            self.alloc.mark_written();
         }
         Ok(())
     }

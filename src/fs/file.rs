@@ -137,7 +137,7 @@ impl Fs {
             let mut st = e.state.write();
             st.opens = st.opens.saturating_sub(1);
             if st.opens == 0 {
-                self.return_window(&e, &mut st);
+                self.alloc.return_window(&e, &mut st);
             }
         }
         self.free_if_unused_locked(&e)
@@ -293,7 +293,7 @@ impl Fs {
             generation: st.d.generation,
         });
         drop(recs);
-        self.return_window(e, st);
+        self.alloc.return_window(e, st);
         st.deleted = true;
         st.long_target = None;
         st.target_dirty = false;
@@ -418,7 +418,7 @@ impl Fs {
         let lo = (f * bs).max(offset);
         let hi = (f + c).saturating_mul(bs).min(end);
         let dev_off = d * bs + (lo - f * bs);
-        self.data.read_at(
+        self.alloc.dev().read_at(
             &mut buf[(lo - offset) as usize..(hi - offset) as usize],
             dev_off,
         )?;
@@ -534,15 +534,19 @@ impl Fs {
             }
         }
         let written = match zero_tail {
-            Some((at, len)) => self.data.write_at(&vec![0u8; len], at).map_err(Into::into),
+            Some((at, len)) => self
+                .alloc
+                .dev()
+                .write_at(&vec![0u8; len], at)
+                .map_err(Into::into),
             None => Ok(()),
         }
         .and_then(|()| self.write_blocks(&addrs, &fresh, first, off, data));
         if let Err(err) = written {
-            self.unreserve_runs(&new_runs);
+            self.alloc.unreserve_runs(&new_runs);
             return Err(err);
         }
-        self.data_dirty.store(true, Ordering::Release);
+        self.alloc.mark_written();
         let _g = self.gate.read();
         let mut st = e.state.write();
         for (i, &a) in addrs.iter().enumerate() {
@@ -610,7 +614,7 @@ impl Fs {
             }
             if hi > lo {
                 let bytes = &data[(lo - off) as usize..(hi - off) as usize];
-                self.data.write_at(bytes, dev(lo))?;
+                self.alloc.dev().write_at(bytes, dev(lo))?;
             }
             i = j;
         }
@@ -633,7 +637,7 @@ impl Fs {
         let mut buf = vec![0u8; (to - from) as usize];
         buf[(lo - from) as usize..(hi - from) as usize]
             .copy_from_slice(&data[(lo - off) as usize..(hi - off) as usize]);
-        self.data.write_at(&buf, dev)?;
+        self.alloc.dev().write_at(&buf, dev)?;
         Ok(())
     }
 
@@ -672,8 +676,8 @@ impl Fs {
             self.preload_all(e, keep)?;
         } else if new_size > size {
             if let Some((at, len)) = self.tail_past_end(e, size, new_size)? {
-                self.data.write_at(&vec![0u8; len], at)?;
-                self.data_dirty.store(true, Ordering::Release);
+                self.alloc.dev().write_at(&vec![0u8; len], at)?;
+                self.alloc.mark_written();
             }
         }
         let _g = self.gate.read();

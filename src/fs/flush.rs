@@ -208,9 +208,7 @@ impl Fs {
         if entries.is_empty() && n_nodes == 0 && n_records == 0 {
             self.snap_seq.store(seq, Ordering::Release);
             drop(gate);
-            if self.data_dirty.swap(false, Ordering::AcqRel) {
-                self.data.flush()?;
-            }
+            self.alloc.flush_written()?;
             self.durable_seq.store(seq, Ordering::Release);
             return Ok(());
         }
@@ -410,9 +408,7 @@ impl Fs {
             placed.push(PlacedBlock { addr, desc, inodes });
             blocks.push(TxnBlock { desc, bytes });
         }
-        if self.data_dirty.swap(false, Ordering::AcqRel) {
-            self.data.flush()?;
-        }
+        self.alloc.flush_written()?;
         fl.writer.write(&plan, &blocks, &records, 0)?;
         fl.writer.flush()?;
 
@@ -544,7 +540,7 @@ impl Fs {
             if let Err(e) = r {
                 log::warn!("periodic log write: {e}");
             }
-            me.return_idle_windows();
+            me.alloc.return_idle_windows();
             me.background_clean();
             me.trim_caches();
         }

@@ -156,19 +156,19 @@ impl Recovery {
 /// A mounted DualFS. Every method takes `&self` and may be called from many threads.
 pub struct Fs {
     sb: Arc<Superblock>,
-    /// The devices, behind fences that `shutdown` cuts.
+    /// The metadata device, behind the fence `shutdown` cuts.
     meta: Arc<dyn BlockDevice>,
-    data: Arc<dyn BlockDevice>,
-    fences: [Arc<crate::device::fence::Fence>; 2],
+    meta_fence: Arc<crate::device::fence::Fence>,
     opts: MountOptions,
     /// Pointers per indirect block.
     ppb: u64,
     /// The tables kept in meta files, each under its own lock (`lock_tables` takes all three,
     /// in rank order): the IFile (inode map and segment usage: one meta file), the node map,
-    /// and the data bitmaps, which the data allocator changes alone.
+    /// and the data bitmaps, which the data allocator keeps and changes alone.
     ifile: NoIoMutex<Ifile>,
     node_map: NoIoMutex<NodeMap>,
-    data_map: NoIoMutex<DataMap>,
+    /// Data allocation: the data device, its bitmaps, the files' reservation windows.
+    alloc: alloc::DataAlloc,
     tree: BeTree,
     inodes: InodeCache,
     /// Inode blocks recently read.
@@ -187,8 +187,6 @@ pub struct Fs {
     /// Number of the last snapshot the log writer took, and of the last one made durable.
     snap_seq: AtomicU64,
     durable_seq: AtomicU64,
-    /// File data was written since the last data-device flush.
-    data_dirty: AtomicBool,
     /// Set after a failed log write: nothing more may be written.
     failed: NoIoMutex<Option<String>>,
     /// `failed` is set (read by every operation without taking the lock).
@@ -197,8 +195,6 @@ pub struct Fs {
     handles: NoIoMutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     rename_lock: crate::lockcheck::Mutex<()>,
-    /// Data blocks reserved for files' next writes (alloc.rs).
-    windows: alloc::Windows,
     /// One cleaning pass at a time.
     cleaning: crate::lockcheck::Mutex<()>,
     /// Cleaning and admission state: thresholds, counters, charges of pending work.
@@ -282,7 +278,7 @@ impl Fs {
             sb: &self.sb,
             ifile: self.ifile.lock(),
             nodes: self.node_map.lock(),
-            data: self.data_map.lock(),
+            data: self.alloc.lock_map(),
         }
     }
 

@@ -144,15 +144,15 @@ impl Fs {
             nodes: node_map,
             ..
         } = tables;
-        let fences = [meta, data].map(|d| Arc::new(Fence::new(d)));
-        let meta: Arc<dyn BlockDevice> = fences[0].clone();
-        let data: Arc<dyn BlockDevice> = fences[1].clone();
+        let meta_fence = Arc::new(Fence::new(meta));
+        let meta: Arc<dyn BlockDevice> = meta_fence.clone();
+        let ppb = pointers_per_block(sb.block_size) as u64;
         let writer = LogWriter::new(sb.clone(), meta.clone(), head);
         let fs = Fs {
-            ppb: pointers_per_block(sb.block_size) as u64,
+            ppb,
             ifile: NoIoMutex::ranked("ifile", Rank::IFILE, ifile),
             node_map: NoIoMutex::ranked("node map", Rank::NODE_MAP, node_map),
-            data_map: NoIoMutex::ranked("data map", Rank::DATA_MAP, data_map),
+            alloc: super::alloc::DataAlloc::new(Arc::new(Fence::new(data)), data_map, ppb),
             tree,
             inodes: InodeCache::default(),
             inode_blocks: super::blockcache::BlockCache::new(
@@ -177,14 +177,12 @@ impl Fs {
             ),
             snap_seq: AtomicU64::new(0),
             durable_seq: AtomicU64::new(0),
-            data_dirty: AtomicBool::new(false),
             failed: NoIoMutex::new("failed", None),
             has_failed: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
             handles: NoIoMutex::new("handles", HashMap::new()),
             next_fh: AtomicU64::new(1),
             rename_lock: crate::lockcheck::Mutex::across_io("rename_lock", Rank::RENAME, 0, ()),
-            windows: Default::default(),
             cleaning: crate::lockcheck::Mutex::across_io("cleaning", Rank::CLEANING, 0, ()),
             cleaner: super::clean::CleanerState::new(),
             stats: NoIoMutex::new("stats", Stats::default()),
@@ -198,8 +196,7 @@ impl Fs {
             after_snapshot: Mutex::new(None),
             sb,
             meta,
-            data,
-            fences,
+            meta_fence,
             opts,
         };
         fs.tables_changed(&fs.lock_tables().tables());
@@ -350,15 +347,14 @@ impl Fs {
         // What every operation checks first (`alive`): from now on each answers EIO, also
         // those that would not touch a device (a create the write-back cache keeps in memory).
         self.set_failed("the file system was shut down (FS_IOC_SHUTDOWN)".into());
-        for f in &self.fences {
-            f.cut();
-        }
+        self.meta_fence.cut();
+        self.alloc.cut();
         log::warn!("shut down: nothing more is written to either device");
     }
 
     /// `shutdown` was called.
     pub fn is_shut_down(&self) -> bool {
-        self.fences.iter().any(|f| f.is_cut())
+        self.meta_fence.is_cut() || self.alloc.is_cut()
     }
 
     /// Write everything and a clean checkpoint. Later calls fail with EIO. After `shutdown`
@@ -383,11 +379,11 @@ impl Fs {
         }
         // Reserved but unused data blocks go back (in memory only; nothing durable names them).
         for e in self.inodes.all() {
-            self.return_window(&e, &mut e.state.write());
+            self.alloc.return_window(&e, &mut e.state.write());
         }
         self.checkpoint(true)?;
         self.meta.flush()?;
-        self.data.flush()?;
+        self.alloc.dev().flush()?;
         log::info!("unmounted cleanly");
         Ok(())
     }
