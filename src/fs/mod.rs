@@ -195,9 +195,7 @@ pub struct Fs {
     handles: NoIoMutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     rename_lock: crate::lockcheck::Mutex<()>,
-    /// One cleaning pass at a time.
-    cleaning: crate::lockcheck::Mutex<()>,
-    /// Cleaning and admission state: thresholds, counters, charges of pending work.
+    /// Space and admission: thresholds, counters, charges of pending work, one pass at a time.
     cleaner: clean::CleanerState,
     stats: NoIoMutex<Stats>,
     recovery: Recovery,

@@ -183,7 +183,6 @@ impl Fs {
             handles: NoIoMutex::new("handles", HashMap::new()),
             next_fh: AtomicU64::new(1),
             rename_lock: crate::lockcheck::Mutex::across_io("rename_lock", Rank::RENAME, 0, ()),
-            cleaning: crate::lockcheck::Mutex::across_io("cleaning", Rank::CLEANING, 0, ()),
             cleaner: super::clean::CleanerState::new(),
             stats: NoIoMutex::new("stats", Stats::default()),
             recovery,

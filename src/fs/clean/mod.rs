@@ -40,8 +40,13 @@ const DELETE_SEGMENTS: u64 = 2;
 /// (its inodes, a cascade of tree nodes): charged while it is in flight.
 const OP_BLOCKS: u64 = 16;
 
-/// What the file system keeps for cleaning and admission.
+/// Space and admission, a component of `Fs` (docs/DESIGN.md, "Modules and their
+/// dependencies"): what the file system keeps for cleaning and admission. Its methods are
+/// `Fs`'s in this module's files (space.rs, room.rs, and the passes here), which read the
+/// log's tables and move what is live through the namespace and the log.
 pub(crate) struct CleanerState {
+    /// One cleaning pass at a time.
+    cleaning: crate::lockcheck::Mutex<()>,
     /// `None` until someone sets them: defaults follow the log's size.
     thresholds: NoIoMutex<Option<Thresholds>>,
     counters: NoIoMutex<CleanerCounters>,
@@ -71,6 +76,7 @@ pub(crate) struct CleanerState {
 impl CleanerState {
     pub(crate) fn new() -> CleanerState {
         CleanerState {
+            cleaning: crate::lockcheck::Mutex::across_io("cleaning", Rank::CLEANING, 0, ()),
             thresholds: NoIoMutex::new("cleaner thresholds", None),
             counters: NoIoMutex::new("cleaner counters", CleanerCounters::default()),
             charged: AtomicU64::new(0),
@@ -259,7 +265,7 @@ impl Fs {
     /// A pass in an operation's write path: greedy, enough to get writers going again and
     /// not more (they wait for it). `gain` says what it must gain to run.
     pub(super) fn write_path_pass(&self, gain: Gain) -> Result<PassReport> {
-        let _one = self.cleaning.lock();
+        let _one = self.cleaner.cleaning.lock();
         let max = self.space().reserve;
         let victims = self.choose_victims(Policy::Greedy, max as usize * 2);
         self.run_pass(victims, max, gain, PassOrigin::WritePath)
@@ -283,7 +289,7 @@ impl Fs {
 
     fn clean_pass_for(&self, policy: Policy, max: usize, origin: PassOrigin) -> Result<PassReport> {
         self.writable()?;
-        let _one = self.cleaning.lock();
+        let _one = self.cleaner.cleaning.lock();
         let victims = self.choose_victims(policy, max.saturating_mul(2));
         self.run_pass(victims, max as u64, Gain::Blocks, origin)
     }
@@ -291,7 +297,7 @@ impl Fs {
     /// Clean exactly these segments (as far as they can be: the others are refused, with why).
     pub fn clean_segments(&self, segments: &[u64]) -> Result<PassReport> {
         self.writable()?;
-        let _one = self.cleaning.lock();
+        let _one = self.cleaner.cleaning.lock();
         self.run_pass(
             segments.to_vec(),
             segments.len() as u64,
