@@ -31,7 +31,8 @@ fn assert_one_extent(fs: &Fs, ino: u64, blocks: u64) {
 
 /// What the windows of all cached inodes hold, counted from the inodes.
 fn windowed(fs: &Fs) -> u64 {
-    fs.inodes
+    fs.ns
+        .inodes
         .all()
         .iter()
         .filter_map(|e| e.state.read().window)

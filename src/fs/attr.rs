@@ -98,10 +98,8 @@ impl Fs {
     /// the kernel's write-back cache keeps for a regular file and pushes, which reaches
     /// DualFS as an explicit time.
     fn setattr_change(&self, e: &super::inode::InodeEntry, set: &SetAttr) -> Change {
-        let kernel_times = self
-            .writeback_cache
-            .load(std::sync::atomic::Ordering::Acquire)
-            && e.state.read().d.mode & libc::S_IFMT == libc::S_IFREG;
+        let kernel_times =
+            self.ns.writeback_cache() && e.state.read().d.mode & libc::S_IFMT == libc::S_IFREG;
         let explicit = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
         if set.mode.is_some()
             || set.uid.is_some()
@@ -121,7 +119,7 @@ impl Fs {
     /// describe; inodes in use now, and as many more as the log can still take.
     pub fn statfs(&self) -> Result<StatFs> {
         self.alive()?;
-        let in_use = self.ino_alloc.lock().in_use();
+        let in_use = self.ns.inos_in_use();
         let room = self
             .log_room_bytes(in_use)
             .saturating_sub(self.op_headroom_bytes());

@@ -82,7 +82,7 @@ impl Fs {
     }
 
     pub(crate) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Result<Option<DirValue>> {
-        self.tree.lookup(&self.nodes(), parent, name)
+        self.ns.tree.lookup(&self.nodes(), parent, name)
     }
 
     /// The entry `name` in `parent`, counted as a kernel reference (`forget`). "." is `parent`
@@ -119,7 +119,7 @@ impl Fs {
         if st.deleted {
             return Err(FsError::Errno(libc::ENOENT));
         }
-        self.kernel_refs.take(e.ino);
+        self.ns.kernel_refs.take(e.ino);
         Ok(self.attr_of(&st.d))
     }
 
@@ -129,16 +129,15 @@ impl Fs {
     /// core only checks that an append-only file is opened with O_APPEND) and keeps regular
     /// files' mtime and ctime, which it pushes with SETATTR.
     pub fn begin_kernel_session(&self, writeback_cache: bool) {
-        self.kernel_refs.enable();
-        self.writeback_cache
-            .store(writeback_cache, std::sync::atomic::Ordering::Release);
+        self.ns.kernel_refs.enable();
+        self.ns.set_writeback_cache(writeback_cache);
     }
 
     /// The kernel dropped `n` references to `ino` (entries it was handed). A freed inode's
     /// number becomes reusable with the last one.
     pub fn forget(&self, ino: u64, n: u64) {
-        match self.kernel_refs.forget(ino, n) {
-            Forgot::FreedNumber => self.ino_alloc.lock().release(vec![ino]),
+        match self.ns.kernel_refs.forget(ino, n) {
+            Forgot::FreedNumber => self.ns.release_inos(vec![ino]),
             Forgot::LastReference => {
                 if let Err(e) = self.free_if_forgotten(ino) {
                     log::warn!("cannot free removed inode {ino} at its last FORGET: {e}");
@@ -152,13 +151,13 @@ impl Fs {
     /// or directories (`dirs`: to OPENDIR) without telling DualFS: its references then keep
     /// removed ones alive, and file operations come with handle `NO_HANDLE`.
     pub fn kernel_opens_unseen(&self, files: bool, dirs: bool) {
-        self.kernel_refs.keep_while_held(files, dirs);
+        self.ns.kernel_refs.keep_while_held(files, dirs);
     }
 
     /// The kernel's last reference to `ino` went: free it if it was removed and kept only for
     /// the kernel. A removed inode stays cached until it is freed (`inode::evictable`).
     fn free_if_forgotten(&self, ino: u64) -> Result<()> {
-        let Some(e) = self.inodes.get(ino) else {
+        let Some(e) = self.ns.inodes.get(ino) else {
             return Ok(());
         };
         if !self.removed_and_unused(ino, &e.state.read()) {
@@ -170,18 +169,14 @@ impl Fs {
 
     /// (inode numbers the kernel holds, of which freed ones waiting for its FORGET)
     pub fn kernel_references(&self) -> (usize, usize) {
-        self.kernel_refs.counts()
+        self.ns.kernel_refs.counts()
     }
 
     /// Take a free inode number, with the generation it gets next and its home group: a new
     /// directory's is picked near `parent_group` (ext2's spreading), anything else's is its
     /// parent's.
     pub(crate) fn allocate_inode(&self, parent_group: u32, dir: bool) -> Result<(u64, u32, u32)> {
-        let ino = self
-            .ino_alloc
-            .lock()
-            .alloc()
-            .ok_or(FsError::Errno(libc::ENOSPC))?;
+        let ino = self.ns.alloc_ino().ok_or(FsError::Errno(libc::ENOSPC))?;
         let generation = self
             .ifile
             .lock()
@@ -280,33 +275,33 @@ impl Fs {
             ino,
             kind: kind.code(),
         };
-        let mut messages = vec![self.tree.insert_message(parent, name, entry)?];
+        let mut messages = vec![self.ns.tree.insert_message(parent, name, entry)?];
         for (attr, value) in &inherited {
-            let key = self.tree.attr_key(ino, generation, attr);
-            messages.push(self.tree.attr_set_message(key, value));
+            let key = self.ns.tree.attr_key(ino, generation, attr);
+            messages.push(self.ns.tree.attr_set_message(key, value));
         }
-        let _pre = match self.tree.preload(&self.nodes(), &messages) {
+        let _pre = match self.ns.tree.preload(&self.nodes(), &messages) {
             Ok(p) => p,
             Err(err) => {
                 let _g = self.gate.read();
-                self.ino_alloc.lock().give_back(ino);
+                self.ns.give_back_ino(ino);
                 return Err(err);
             }
         };
         let _g = self.gate.read();
         let e = self.new_inode_entry(d);
-        if let Err(err) = self.tree.insert(&self.nodes(), parent, name, entry) {
-            let _ = self.tree.remove(&self.nodes(), parent, name);
-            self.inodes.remove(ino);
-            self.ino_alloc.lock().give_back(ino);
+        if let Err(err) = self.ns.tree.insert(&self.nodes(), parent, name, entry) {
+            let _ = self.ns.tree.remove(&self.nodes(), parent, name);
+            self.ns.inodes.remove(ino);
+            self.ns.give_back_ino(ino);
             return Err(err);
         }
         match self.store_inherited(ino, generation, &inherited) {
             Ok(flags) => e.state.write().d.flags |= flags,
             Err(err) => {
-                let _ = self.tree.remove(&self.nodes(), parent, name);
-                self.inodes.remove(ino);
-                self.ino_alloc.lock().give_back(ino);
+                let _ = self.ns.tree.remove(&self.nodes(), parent, name);
+                self.ns.inodes.remove(ino);
+                self.ns.give_back_ino(ino);
                 return Err(err);
             }
         }
@@ -324,7 +319,7 @@ impl Fs {
                 st.opens += 1;
             }
             self.mark_dirty(&e, &mut st);
-            self.kernel_refs.take(ino);
+            self.ns.kernel_refs.take(ino);
             self.attr_of(&st.d)
         };
         {
@@ -419,7 +414,7 @@ impl Fs {
             true,
         ) {
             Ok((e, attr)) => {
-                let fh = self.new_handle(e.ino, flags);
+                let fh = self.ns.new_handle(e.ino, flags);
                 self.dir_changed((attr, fh))
             }
             Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
@@ -519,10 +514,11 @@ impl Fs {
             ino,
             kind: kind.code(),
         };
-        let message = self.tree.insert_message(new_parent, new_name, entry)?;
-        let _pre = self.tree.preload(&self.nodes(), &[message])?;
+        let message = self.ns.tree.insert_message(new_parent, new_name, entry)?;
+        let _pre = self.ns.tree.preload(&self.nodes(), &[message])?;
         let _g = self.gate.read();
-        self.tree
+        self.ns
+            .tree
             .insert(&self.nodes(), new_parent, new_name, entry)?;
         let now = to_disk_time(Timespec::now());
         let attr = {
@@ -530,7 +526,7 @@ impl Fs {
             st.d.nlink += 1;
             st.d.ctime = now;
             self.mark_dirty(&ce, &mut st);
-            self.kernel_refs.take(ino);
+            self.ns.kernel_refs.take(ino);
             self.attr_of(&st.d)
         };
         let mut pst = pe.state.write();
@@ -581,14 +577,14 @@ impl Fs {
             let st = ce.state.read();
             st.d.nlink <= 1 && st.opens == 0
         };
-        let mut messages = vec![self.tree.remove_message(parent, name)?];
+        let mut messages = vec![self.ns.tree.remove_message(parent, name)?];
         if last {
             self.preload_all(&ce, 0)?;
             messages.extend(self.attrs_drop_message(&ce));
         }
-        let _pre = self.tree.preload(&self.nodes(), &messages)?;
+        let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
         let _g = self.gate.read();
-        self.tree.remove(&self.nodes(), parent, name)?;
+        self.ns.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
         self.entry_removed(&pe, false, now);
         self.drop_link(&ce, now)
@@ -664,13 +660,13 @@ impl Fs {
         if ce.state.read().d.size > 0 {
             return Err(FsError::Errno(libc::ENOTEMPTY));
         }
-        let mut messages = vec![self.tree.remove_message(parent, name)?];
+        let mut messages = vec![self.ns.tree.remove_message(parent, name)?];
         if ce.state.read().opens == 0 {
             messages.extend(self.attrs_drop_message(&ce));
         }
-        let _pre = self.tree.preload(&self.nodes(), &messages)?;
+        let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
         let _g = self.gate.read();
-        self.tree.remove(&self.nodes(), parent, name)?;
+        self.ns.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
         self.entry_removed(&pe, true, now);
         self.drop_link(&ce, now)
@@ -682,11 +678,11 @@ impl Fs {
         self.alive()?;
         let e = self.dir(ino)?;
         self.count_open(&e)?;
-        Ok(self.new_handle(ino, 0))
+        Ok(self.ns.new_handle(ino, 0))
     }
 
     pub fn releasedir(&self, ino: u64, fh: u64) -> Result<()> {
-        let handle = self.handles.lock().remove(&fh); // not held through `closed`
+        let handle = self.ns.remove_handle(fh); // not held through `closed`
         match handle {
             Some(_) => self.closed(ino),
             None => Ok(()),
@@ -747,7 +743,7 @@ impl Fs {
         let mut pending: Option<crate::betree::ScanItem> = None;
         let mut start = offset.saturating_sub(3);
         loop {
-            let items = self.tree.scan(&self.nodes(), ino, start, SCAN_BATCH)?;
+            let items = self.ns.tree.scan(&self.nodes(), ino, start, SCAN_BATCH)?;
             let Some(last) = items.last() else { break };
             start = last.hash + 1;
             for it in items {
@@ -805,7 +801,7 @@ impl Fs {
             }
             let accepted = add(ent, &self.attr_of(&st.d));
             if accepted && !is_dot(&ent.name) {
-                self.kernel_refs.take(ent.ino);
+                self.ns.kernel_refs.take(ent.ino);
             }
             accepted
         })?;

@@ -17,7 +17,6 @@ use crate::format::meta::decode_pointer_block;
 use crate::format::summary::Record;
 use crate::format::{BlockHeader, BlockKind};
 use crate::{FsError, Result};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The size of a regular file; EISDIR for a directory, EINVAL for anything else.
@@ -32,40 +31,22 @@ pub(crate) fn regular_size(e: &InodeEntry) -> Result<u64> {
 
 impl Fs {
     pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
-        self.handles
-            .lock()
-            .get(&fh)
-            .copied()
-            .ok_or(FsError::Errno(libc::EBADF))
+        self.ns.handle(fh).ok_or(FsError::Errno(libc::EBADF))
     }
 
     /// The handle a file operation came through. `NO_HANDLE` (the kernel opened the file
     /// without telling DualFS, `kernel_opens_unseen`) stands for a descriptor with the open
     /// flags `flags` the request carries; elsewhere it is EBADF like any unknown handle.
     pub(super) fn handle_of(&self, ino: u64, fh: u64, flags: i32) -> Result<Handle> {
-        if fh == NO_HANDLE && self.kernel_refs.files_opened_unseen() {
+        if fh == NO_HANDLE && self.ns.kernel_refs.files_opened_unseen() {
             let opened_append = flags & libc::O_APPEND != 0;
             return Ok(Handle {
                 ino,
-                append: opened_append && !self.writeback_cache.load(Ordering::Acquire),
+                append: opened_append && !self.ns.writeback_cache(),
                 opened_append,
             });
         }
         self.handle(fh)
-    }
-
-    pub(crate) fn new_handle(&self, ino: u64, flags: i32) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::AcqRel);
-        let opened_append = flags & libc::O_APPEND != 0;
-        self.handles.lock().insert(
-            fh,
-            Handle {
-                ino,
-                append: opened_append && !self.writeback_cache.load(Ordering::Acquire),
-                opened_append,
-            },
-        );
-        fh
     }
 
     /// Open an existing file; `flags` are the open(2) flags (O_TRUNC, O_APPEND honoured).
@@ -105,7 +86,7 @@ impl Fs {
             }
         }
         self.count_open(&e)?;
-        Ok(self.new_handle(ino, flags))
+        Ok(self.ns.new_handle(ino, flags))
     }
 
     /// One more open handle of `e`, which keeps it (and its attributes) when its last name
@@ -120,7 +101,7 @@ impl Fs {
     }
 
     pub fn release(&self, ino: u64, fh: u64) -> Result<()> {
-        if self.handles.lock().remove(&fh).is_none() {
+        if self.ns.remove_handle(fh).is_none() {
             return Err(FsError::Errno(libc::EBADF));
         }
         self.closed(ino)
@@ -129,7 +110,7 @@ impl Fs {
     /// A handle of `ino` (file or directory) was closed. The last one returns the file's
     /// reservation window, and frees an inode whose last name went while it was open.
     pub(crate) fn closed(&self, ino: u64) -> Result<()> {
-        let Some(e) = self.inodes.get(ino) else {
+        let Some(e) = self.ns.inodes.get(ino) else {
             return Ok(());
         };
         let _op = e.op.lock_arc();
@@ -147,7 +128,10 @@ impl Fs {
     /// no open handle, and no kernel reference where the kernel opens it unseen
     /// (kernel_refs.rs)? Then it is freed now.
     pub(crate) fn removed_and_unused(&self, ino: u64, st: &InodeState) -> bool {
-        st.d.nlink == 0 && !st.deleted && st.opens == 0 && !self.kernel_refs.keeps(ino, st.d.mode)
+        st.d.nlink == 0
+            && !st.deleted
+            && st.opens == 0
+            && !self.ns.kernel_refs.keeps(ino, st.d.mode)
     }
 
     /// Free `e` if it is removed and unused (the caller holds its op lock): at its last
@@ -161,7 +145,7 @@ impl Fs {
         }
         self.preload_all(e, 0)?;
         let dropped: Vec<_> = self.attrs_drop_message(e).into_iter().collect();
-        let _pre = self.tree.preload(&self.nodes(), &dropped)?;
+        let _pre = self.ns.tree.preload(&self.nodes(), &dropped)?;
         let _g = self.gate.read();
         let mut st = e.state.write();
         if self.removed_and_unused(e.ino, &st) {
@@ -303,7 +287,7 @@ impl Fs {
             .counts
             .tombstones
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.ino_alloc.lock().hold(e.ino);
+        self.ns.hold_ino(e.ino);
         Fs::attrs_of_freed(e.ino, st)
     }
 

@@ -203,7 +203,7 @@ impl Fs {
         let seq = self.snap_seq.load(Ordering::Acquire) + 1;
         let mut entries: Vec<Arc<InodeEntry>> = self.dirty.lock().values().cloned().collect();
         entries.sort_by_key(|e| e.ino);
-        let n_nodes = self.tree.dirty_count();
+        let n_nodes = self.ns.tree.dirty_count();
         let n_records = self.records.lock().len();
         if entries.is_empty() && n_nodes == 0 && n_records == 0 {
             self.snap_seq.store(seq, Ordering::Release);
@@ -238,7 +238,7 @@ impl Fs {
         let n_inodes = live.len();
         let per_block = inodes_per_block(bs);
         let nblocks = n_ptr + n_sym + n_nodes + n_inodes.div_ceil(per_block);
-        let max_records = n_records + n_ptr + n_sym + self.tree.freed_count();
+        let max_records = n_records + n_ptr + n_sym + self.ns.tree.freed_count();
         // Parts only: the list of addresses is made after the gate.
         let mut plan = fl
             .writer
@@ -255,7 +255,7 @@ impl Fs {
             .store(planned, Ordering::Release);
         // ... and the meta blocks applying it dirties (the counts it came from empty now).
         let touched =
-            (n_inodes + n_nodes + self.tree.freed_count()) as u64 + self.records.meta_blocks();
+            (n_inodes + n_nodes + self.ns.tree.freed_count()) as u64 + self.records.meta_blocks();
         self.cleaner
             .counts
             .writing_meta
@@ -282,10 +282,10 @@ impl Fs {
             first += ptr + sym;
         }
         // The nodes by pointer only: they are encoded after the gate is released.
-        let taken = self.tree.take_snapshots();
+        let taken = self.ns.tree.take_snapshots();
         assert_eq!(taken.len(), n_nodes, "tree changed under the gate");
         let mut records = self.records.take();
-        let freed_inos = self.ino_alloc.lock().take_held();
+        let freed_inos = self.ns.take_held_inos();
         drop(gate);
         #[cfg(test)]
         if let Some(hook) = self.after_snapshot.lock().take() {
@@ -423,17 +423,17 @@ impl Fs {
             self.cleaner.counts.writing_meta.store(0, Ordering::Release);
         }
         self.durable_seq.store(seq, Ordering::Release);
-        self.tree.written(&node_ids);
+        self.ns.tree.written(&node_ids);
         for ino in tombstones {
-            self.inodes.remove(ino);
+            self.ns.inodes.remove(ino);
         }
         // Only now can a freed number be reused: its tombstone no longer occupies the cache.
         // Numbers the kernel still holds wait for its FORGET.
         let reusable: Vec<u64> = freed_inos
             .into_iter()
-            .filter(|&ino| !self.kernel_refs.park_if_held(ino))
+            .filter(|&ino| !self.ns.kernel_refs.park_if_held(ino))
             .collect();
-        self.ino_alloc.lock().release(reusable);
+        self.ns.release_inos(reusable);
         fl.segments_since_ckpt += plan.segments.len() as u64 - 1;
         let mut s = self.stats.lock();
         s.flushes += 1;
@@ -467,7 +467,7 @@ impl Fs {
         self.flush_locked(fl)?;
         let result = (|| {
             let prepared = {
-                let next_node_id = self.tree.next_node_id(); // the tree lock ranks before the tables
+                let next_node_id = self.ns.tree.next_node_id(); // the tree lock ranks before the tables
                 let mut locked = self.lock_tables();
                 let mut t = locked.tables();
                 let info = CheckpointInfo {
@@ -483,7 +483,8 @@ impl Fs {
             // lock is released, so its blocks can leave the cache now.
             let freed: std::collections::HashSet<u64> = prepared.cleaned.iter().copied().collect();
             if !freed.is_empty() {
-                self.inode_blocks
+                self.ns
+                    .inode_blocks
                     .forget(|a| freed.contains(&self.sb.segment_of(a)));
             }
             let blocks = prepared.log_blocks();
@@ -550,8 +551,8 @@ impl Fs {
     /// nodes (the tree trims itself).
     pub(crate) fn trim_caches(&self) {
         let budget = self.opts.cache_bytes / 2;
-        if self.inodes.bytes(self.sb.block_size) > budget {
-            self.inodes.evict(budget * 3 / 4, self.sb.block_size);
+        if self.ns.inodes.bytes(self.sb.block_size) > budget {
+            self.ns.inodes.evict(budget * 3 / 4, self.sb.block_size);
         }
     }
 }

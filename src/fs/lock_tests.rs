@@ -298,9 +298,9 @@ fn tree_mutations_on_an_evicting_tree_do_no_io_under_the_gate() {
         "the mutations took the gate"
     );
     assert_eq!(io, before.1, "device I/O under the gate");
-    let nodes = fs.tree.check(&fs.nodes()).unwrap().node_count() as usize;
+    let nodes = fs.ns.tree.check(&fs.nodes()).unwrap().node_count() as usize;
     assert!(
-        nodes > 4 * fs.tree.cache_nodes,
+        nodes > 4 * fs.ns.tree.cache_nodes,
         "a tree of {nodes} nodes is not much larger than its cache"
     );
 
@@ -311,8 +311,8 @@ fn tree_mutations_on_an_evicting_tree_do_no_io_under_the_gate() {
         if k % 2 == 1 {
             let v = fs.lookup_entry(d, &name(i)).unwrap().unwrap();
             let _g = fs.gate.read();
-            fs.tree.remove(&fs.nodes(), d, &name(i)).unwrap();
-            fs.tree.insert(&fs.nodes(), d, &name(i), v).unwrap();
+            fs.ns.tree.remove(&fs.nodes(), d, &name(i)).unwrap();
+            fs.ns.tree.insert(&fs.nodes(), d, &name(i), v).unwrap();
         }
     }
     assert!(

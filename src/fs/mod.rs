@@ -21,6 +21,7 @@ mod flush;
 pub mod inode;
 mod kernel_refs;
 mod mount;
+mod namespace;
 mod privileges;
 mod records;
 mod rename;
@@ -37,7 +38,7 @@ pub use types::*;
 pub(crate) use xattr::{namespace as xattr_namespace, Namespace as XattrNamespace};
 pub use xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
 
-use crate::betree::{BeTree, NodeLoader};
+use crate::betree::NodeLoader;
 use crate::device::BlockDevice;
 use crate::format::summary::Record;
 use crate::format::superblock::Superblock;
@@ -48,7 +49,7 @@ use crate::meta::ifile::Ifile;
 use crate::meta::nodemap::NodeMap;
 use crate::meta::TablesMut;
 use crate::{FsError, Result};
-use inode::{InoAllocator, InodeCache, InodeEntry};
+use inode::InodeEntry;
 #[cfg(test)]
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -169,16 +170,8 @@ pub struct Fs {
     node_map: NoIoMutex<NodeMap>,
     /// Data allocation: the data device, its bitmaps, the files' reservation windows.
     alloc: alloc::DataAlloc,
-    tree: BeTree,
-    inodes: InodeCache,
-    /// Inode blocks recently read.
-    inode_blocks: blockcache::BlockCache,
-    ino_alloc: NoIoMutex<InoAllocator>,
-    /// The kernel's lookup counts: numbers it holds are not reused (kernel_refs.rs).
-    kernel_refs: kernel_refs::KernelRefs,
-    /// Writes come from the kernel's write-back cache (`begin_kernel_session`): it positions
-    /// O_APPEND writes and keeps mtime and ctime of regular files itself.
-    writeback_cache: AtomicBool,
+    /// The namespace: directory tree, inode cache, inode numbers, handles.
+    ns: namespace::Namespace,
     gate: crate::lockcheck::Gate,
     dirty: NoIoMutex<HashMap<u64, Arc<InodeEntry>>>,
     /// Records of changes no block shows, in the order they happened.
@@ -192,9 +185,6 @@ pub struct Fs {
     /// `failed` is set (read by every operation without taking the lock).
     has_failed: AtomicBool,
     unmounted: AtomicBool,
-    handles: NoIoMutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
-    rename_lock: crate::lockcheck::Mutex<()>,
     /// Space and admission: thresholds, counters, charges of pending work, one pass at a time.
     cleaner: clean::CleanerState,
     stats: NoIoMutex<Stats>,
@@ -332,9 +322,9 @@ impl Fs {
     fn inode_used(&self, ino: u64, use_now: bool) -> Result<Arc<InodeEntry>> {
         loop {
             let cached = if use_now {
-                self.inodes.get(ino)
+                self.ns.inodes.get(ino)
             } else {
-                self.inodes.peek(ino)
+                self.ns.inodes.peek(ino)
             };
             if let Some(e) = cached {
                 if e.state.read().deleted {
@@ -342,17 +332,17 @@ impl Fs {
                 }
                 return Ok(e);
             }
-            let seen = self.inodes.eviction_count();
+            let seen = self.ns.inodes.eviction_count();
             let loc = self.ifile.lock().entry(ino);
             let Some(loc) = loc else {
                 return Err(FsError::Errno(libc::ENOENT));
             };
-            let block = match self.inode_blocks.get(loc.addr) {
+            let block = match self.ns.inode_blocks.get(loc.addr) {
                 Some(b) => b,
                 None => {
                     let b = Arc::new(self.read_log_block(loc.addr)?);
                     crate::format::inode::check_inode_block(&b)?;
-                    self.inode_blocks.put(loc.addr, b.clone());
+                    self.ns.inode_blocks.put(loc.addr, b.clone());
                     b
                 }
             };
@@ -367,6 +357,7 @@ impl Fs {
                 ));
             }
             if let Some(e) = self
+                .ns
                 .inodes
                 .insert_loaded(InodeEntry::new(d, false), seen, use_now)
             {

@@ -1,6 +1,6 @@
 //! Bringing a file system up (mount, or a fresh one for mkfs) and down (unmount).
 
-use super::inode::{InoAllocator, InodeCache, InodeEntry};
+use super::inode::InodeEntry;
 use super::{FlushState, Fs, MountOptions, Recovery, Stats};
 use crate::betree::BeTree;
 use crate::device::fence::Fence;
@@ -153,14 +153,12 @@ impl Fs {
             ifile: NoIoMutex::ranked("ifile", Rank::IFILE, ifile),
             node_map: NoIoMutex::ranked("node map", Rank::NODE_MAP, node_map),
             alloc: super::alloc::DataAlloc::new(Arc::new(Fence::new(data)), data_map, ppb),
-            tree,
-            inodes: InodeCache::default(),
-            inode_blocks: super::blockcache::BlockCache::new(
+            ns: super::namespace::Namespace::new(
+                tree,
                 (opts.cache_bytes / 8 / sb.block_size as u64) as usize,
+                free,
+                next_new,
             ),
-            ino_alloc: NoIoMutex::new("ino_alloc", InoAllocator::new(free, next_new)),
-            kernel_refs: Default::default(),
-            writeback_cache: AtomicBool::new(false),
             gate: crate::lockcheck::Gate::new(),
             dirty: NoIoMutex::new("dirty", HashMap::new()),
             records: super::records::RecordLog::new(sb.blocks_per_group, sb.block_size),
@@ -180,9 +178,6 @@ impl Fs {
             failed: NoIoMutex::new("failed", None),
             has_failed: AtomicBool::new(false),
             unmounted: AtomicBool::new(false),
-            handles: NoIoMutex::new("handles", HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            rename_lock: crate::lockcheck::Mutex::across_io("rename_lock", Rank::RENAME, 0, ()),
             cleaner: super::clean::CleanerState::new(),
             stats: NoIoMutex::new("stats", Stats::default()),
             recovery,
@@ -325,7 +320,7 @@ impl Fs {
     pub(crate) fn make_root(&self, d: crate::format::inode::DiskInode) {
         let _g = self.gate.read();
         let e = self.new_inode_entry(d);
-        self.ino_alloc.lock().claim(crate::format::ROOT_INO);
+        self.ns.claim_ino(crate::format::ROOT_INO);
         let mut st = e.state.write();
         self.mark_dirty(&e, &mut st);
         self.push_record(crate::format::summary::Record::GroupDirs { group: 0, delta: 1 });
@@ -377,7 +372,7 @@ impl Fs {
             return Ok(());
         }
         // Reserved but unused data blocks go back (in memory only; nothing durable names them).
-        for e in self.inodes.all() {
+        for e in self.ns.inodes.all() {
             self.alloc.return_window(&e, &mut e.state.write());
         }
         self.checkpoint(true)?;
@@ -395,7 +390,7 @@ impl Fs {
     /// A new cached inode, dirty, numbered by the allocator.
     pub(crate) fn new_inode_entry(&self, d: crate::format::inode::DiskInode) -> Arc<InodeEntry> {
         let e = InodeEntry::new(d, true);
-        self.inodes.insert_new(e.clone());
+        self.ns.inodes.insert_new(e.clone());
         e
     }
 }

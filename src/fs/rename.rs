@@ -69,7 +69,7 @@ impl Fs {
                 return Err(FsError::Errno(libc::EBUSY));
             }
         }
-        let _serial = (parent != new_parent).then(|| self.rename_lock.lock());
+        let _serial = (parent != new_parent).then(|| self.ns.lock_renames());
         let pe = self.inode(parent)?;
         let npe = self.inode(new_parent)?;
         for d in [&pe, &npe] {
@@ -163,27 +163,27 @@ impl Fs {
         // What the tree changes below will read is loaded before the gate.
         let mut messages = if flags.exchange {
             vec![
-                self.tree.insert_message(parent, name, dst.unwrap())?,
-                self.tree.insert_message(new_parent, new_name, src)?,
+                self.ns.tree.insert_message(parent, name, dst.unwrap())?,
+                self.ns.tree.insert_message(new_parent, new_name, src)?,
             ]
         } else {
             vec![
-                self.tree.remove_message(parent, name)?,
-                self.tree.insert_message(new_parent, new_name, src)?,
+                self.ns.tree.remove_message(parent, name)?,
+                self.ns.tree.insert_message(new_parent, new_name, src)?,
             ]
         };
         messages.extend(dropped_attrs);
-        let _pre = self.tree.preload(&self.nodes(), &messages)?;
+        let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
         let _g = self.gate.read();
         let ld = self.nodes();
         let now = to_disk_time(Timespec::now());
         if flags.exchange {
             let d = dst.unwrap();
-            self.tree.insert(&ld, parent, name, d)?;
-            self.tree.insert(&ld, new_parent, new_name, src)?;
+            self.ns.tree.insert(&ld, parent, name, d)?;
+            self.ns.tree.insert(&ld, new_parent, new_name, src)?;
         } else {
-            self.tree.remove(&ld, parent, name)?;
-            self.tree.insert(
+            self.ns.tree.remove(&ld, parent, name)?;
+            self.ns.tree.insert(
                 &ld,
                 new_parent,
                 new_name,

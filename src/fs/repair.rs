@@ -73,7 +73,7 @@ impl Fs {
     pub(crate) fn repair_reset_tree(&self) {
         let _fl = self.flusher.lock();
         let _g = self.gate.write();
-        self.tree.reset_empty();
+        self.ns.tree.reset_empty();
         let mut locked = self.lock_tables();
         let t = locked.tables();
         for id in 0..t.nodes.addrs.len() as u64 {
@@ -166,7 +166,7 @@ impl Fs {
             d.blocks = 0;
             d.meta_blocks = 0;
         })?;
-        if let Some(e) = self.inodes.get(ino) {
+        if let Some(e) = self.ns.inodes.get(ino) {
             let mut st = e.state.write();
             st.ptrs.clear();
             st.long_target = None;
@@ -236,7 +236,7 @@ impl Fs {
     ) -> Result<()> {
         let _g = self.gate.read();
         let key = crate::betree::Key::new(ino, hash, name);
-        self.tree.attr_set(&self.nodes(), key, ino, value, &[])
+        self.ns.tree.attr_set(&self.nodes(), key, ino, value, &[])
     }
 
     /// Remove the attribute record under (`ino`, `hash`, `name`), whatever inode it belongs
@@ -251,7 +251,7 @@ impl Fs {
     ) -> Result<()> {
         let _g = self.gate.read();
         let key = crate::betree::Key::new(ino, hash, name);
-        self.tree.attr_remove(&self.nodes(), key, free)
+        self.ns.tree.attr_remove(&self.nodes(), key, free)
     }
 
     /// Set inode `ino`'s attribute flags from the attributes of its generation.
@@ -273,7 +273,8 @@ impl Fs {
     /// Remove the entry stored under (`dir`, `hash`, `name`), whatever the hash should be.
     pub(crate) fn repair_remove_entry(&self, dir: u64, hash: u64, name: &[u8]) -> Result<()> {
         let _g = self.gate.read();
-        self.tree
+        self.ns
+            .tree
             .remove_key(&self.nodes(), Key::new(dir, hash, name))
     }
 
@@ -287,7 +288,7 @@ impl Fs {
     ) -> Result<()> {
         super::dir::check_name(name)?;
         let _g = self.gate.read();
-        self.tree.insert(
+        self.ns.tree.insert(
             &self.nodes(),
             dir,
             name,
@@ -321,7 +322,7 @@ impl Fs {
         };
         let _g = self.gate.read();
         let e = self.new_inode_entry(d);
-        let inserted = self.tree.insert(
+        let inserted = self.ns.tree.insert(
             &self.nodes(),
             parent,
             name,
@@ -331,8 +332,8 @@ impl Fs {
             },
         );
         if let Err(err) = inserted {
-            self.inodes.remove(ino);
-            self.ino_alloc.lock().give_back(ino);
+            self.ns.inodes.remove(ino);
+            self.ns.give_back_ino(ino);
             return Err(err);
         }
         {
@@ -365,7 +366,7 @@ impl Fs {
         };
         let now = super::inode::to_disk_time(Timespec::now());
         let _g = self.gate.read();
-        self.ino_alloc.lock().claim(ino);
+        self.ns.claim_ino(ino);
         let e = self.new_inode_entry(DiskInode {
             ino,
             generation,

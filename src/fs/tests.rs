@@ -431,7 +431,7 @@ fn a_file_without_attributes_is_answered_from_its_flags() {
     // A record the flags do not announce (only a damaged image has one): the probe the kernel
     // makes before every write, and any getxattr, never look in the tree for it.
     let key_hash =
-        crate::format::node::attr_hash(f.generation, fs.tree.hash(b"security.capability"));
+        crate::format::node::attr_hash(f.generation, fs.ns.tree.hash(b"security.capability"));
     fs.repair_set_attr(f.ino, key_hash, b"security.capability", b"caps")
         .unwrap();
     for name in [&b"security.capability"[..], b"user.x"] {

@@ -187,7 +187,7 @@ impl Fs {
         }
         let (lower, upper) = attr_range(ino, generation);
         Ok(AttrList {
-            records: self.tree.attr_scan(&self.nodes(), &lower, &upper)?,
+            records: self.ns.tree.attr_scan(&self.nodes(), &lower, &upper)?,
         })
     }
 
@@ -207,13 +207,14 @@ impl Fs {
         if flags & IFLAG_XATTRS == 0 {
             return Err(FsError::Errno(libc::ENODATA));
         }
-        Ok(self.tree.attr_key(ino, generation, name))
+        Ok(self.ns.tree.attr_key(ino, generation, name))
     }
 
     /// The value of attribute `name`.
     pub fn getxattr(&self, caller: &Caller, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
         let key = self.key_to_read(caller, ino, name)?;
-        self.tree
+        self.ns
+            .tree
             .attr_read(&self.nodes(), &key)?
             .ok_or(FsError::Errno(libc::ENODATA))
     }
@@ -221,7 +222,7 @@ impl Fs {
     /// The length of attribute `name`'s value (the size probe: no value block is read).
     pub fn getxattr_len(&self, caller: &Caller, ino: u64, name: &[u8]) -> Result<usize> {
         let key = self.key_to_read(caller, ino, name)?;
-        match self.tree.attr_get(&self.nodes(), &key)? {
+        match self.ns.tree.attr_get(&self.nodes(), &key)? {
             Some(v) => Ok(v.len()),
             None => Err(FsError::Errno(libc::ENODATA)),
         }
@@ -377,7 +378,7 @@ impl Fs {
         change: &Change,
     ) -> Result<()> {
         let generation = e.state.read().d.generation;
-        let key = self.tree.attr_key(e.ino, generation, name);
+        let key = self.ns.tree.attr_key(e.ino, generation, name);
         let old = list.find(name);
         let replaced = old.map(|(_, v)| v.ids().to_vec()).unwrap_or_default();
         let mut after: Vec<(Key, AttrValue)> = list
@@ -388,12 +389,13 @@ impl Fs {
             .collect();
         match change {
             Change::Set(value) => {
-                self.tree
+                self.ns
+                    .tree
                     .attr_set(&self.nodes(), key.clone(), e.ino, value, &replaced)?;
                 after.push((key, self.stored_shape(value.len())));
             }
             Change::Remove if old.is_none() => return Ok(()),
-            Change::Remove => self.tree.attr_remove(&self.nodes(), key, &replaced)?,
+            Change::Remove => self.ns.tree.attr_remove(&self.nodes(), key, &replaced)?,
         }
         let flags = AttrList { records: after }.flags();
         let mut st = e.state.write();
@@ -419,8 +421,8 @@ impl Fs {
             (st.d.flags, st.d.generation)
         };
         let default = if flags & IFLAG_XATTRS != 0 {
-            let key = self.tree.attr_key(pe.ino, generation, acl::DEFAULT);
-            self.tree.attr_read(&self.nodes(), &key)?
+            let key = self.ns.tree.attr_key(pe.ino, generation, acl::DEFAULT);
+            self.ns.tree.attr_read(&self.nodes(), &key)?
         } else {
             None
         };
@@ -455,8 +457,9 @@ impl Fs {
     ) -> Result<u32> {
         let mut records = Vec::new();
         for (name, value) in attrs {
-            let key = self.tree.attr_key(ino, generation, name);
+            let key = self.ns.tree.attr_key(ino, generation, name);
             if let Err(e) = self
+                .ns
                 .tree
                 .attr_set(&self.nodes(), key.clone(), ino, value, &[])
             {
@@ -464,11 +467,12 @@ impl Fs {
                 // records are there.
                 let (lower, upper) = attr_range(ino, generation);
                 let ids: Vec<u64> = self
+                    .ns
                     .tree
                     .attr_scan(&self.nodes(), &lower, &upper)
                     .map(|r| r.iter().flat_map(|(_, v)| v.ids().to_vec()).collect())
                     .unwrap_or_default();
-                let _ = self.tree.delete_range(&self.nodes(), lower, upper, &ids);
+                let _ = self.ns.tree.delete_range(&self.nodes(), lower, upper, &ids);
                 return Err(e);
             }
             records.push((key, self.stored_shape(value.len())));
@@ -487,8 +491,8 @@ impl Fs {
         if flags & IFLAG_XATTRS == 0 {
             return Ok(None);
         }
-        let key = self.tree.attr_key(e.ino, generation, acl::ACCESS);
-        let Some(value) = self.tree.attr_read(&self.nodes(), &key)? else {
+        let key = self.ns.tree.attr_key(e.ino, generation, acl::ACCESS);
+        let Some(value) = self.ns.tree.attr_read(&self.nodes(), &key)? else {
             return Ok(None);
         };
         let mut parsed = Acl::decode(&value).map_err(|_| {
@@ -530,7 +534,7 @@ impl Fs {
         let st = e.state.read();
         (st.d.flags & IFLAG_XATTRS != 0).then(|| {
             let (lower, upper) = attr_range(e.ino, st.d.generation);
-            self.tree.delete_range_message(lower, upper)
+            self.ns.tree.delete_range_message(lower, upper)
         })
     }
 
@@ -542,12 +546,12 @@ impl Fs {
         change: &Change,
     ) -> Result<Preloaded<'_>> {
         let generation = e.state.read().d.generation;
-        let key = self.tree.attr_key(e.ino, generation, name);
+        let key = self.ns.tree.attr_key(e.ino, generation, name);
         let message = match change {
-            Change::Set(value) => self.tree.attr_set_message(key, value),
-            Change::Remove => self.tree.attr_remove_message(key),
+            Change::Set(value) => self.ns.tree.attr_set_message(key, value),
+            Change::Remove => self.ns.tree.attr_remove_message(key),
         };
-        self.tree.preload(&self.nodes(), &[message])
+        self.ns.tree.preload(&self.nodes(), &[message])
     }
 
     /// Freeing inode `st`: what its attributes need (None without any). Called by `destroy`
@@ -567,7 +571,8 @@ impl Fs {
         let Some(d) = dropped else { return Ok(()) };
         let (lower, upper) = attr_range(d.ino, d.generation);
         let ids: Vec<u64> = if d.blocks {
-            self.tree
+            self.ns
+                .tree
                 .attr_scan(&self.nodes(), &lower, &upper)?
                 .iter()
                 .flat_map(|(_, v)| v.ids().to_vec())
@@ -575,7 +580,7 @@ impl Fs {
         } else {
             Vec::new()
         };
-        let result = self.tree.delete_range(&self.nodes(), lower, upper, &ids);
+        let result = self.ns.tree.delete_range(&self.nodes(), lower, upper, &ids);
         if let Err(e) = &result {
             log::error!("inode {}: its attributes could not be removed: {e}", d.ino);
         }

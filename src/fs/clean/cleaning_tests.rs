@@ -910,15 +910,15 @@ fn a_cleaning_pass_leaves_the_working_set_cached() {
     }
     fs.sync().unwrap();
     // Nothing cached but the working set, used just now.
-    fs.inodes.evict(0, BS as u32);
+    fs.ns.inodes.evict(0, BS as u32);
     for &w in &working {
         fs.inode(w).unwrap();
     }
-    assert!(moved.iter().all(|&m| fs.inodes.peek(m).is_none()));
+    assert!(moved.iter().all(|&m| fs.ns.inodes.peek(m).is_none()));
     let loaded_now = || {
         moved
             .iter()
-            .filter(|&&m| fs.inodes.peek(m).is_some())
+            .filter(|&&m| fs.ns.inodes.peek(m).is_some())
             .count()
     };
     let mut passes = 0;
@@ -930,17 +930,17 @@ fn a_cleaning_pass_leaves_the_working_set_cached() {
     let loaded = loaded_now();
     assert!(loaded >= 192, "{passes} passes loaded {loaded} inodes");
     // Trim to half of what is cached: every shard gives up its least recently used half.
-    let have = fs.inodes.bytes(BS as u32);
-    fs.inodes.evict(have / 2, BS as u32);
+    let have = fs.ns.inodes.bytes(BS as u32);
+    fs.ns.inodes.evict(have / 2, BS as u32);
     for &w in &working {
         assert!(
-            fs.inodes.peek(w).is_some(),
+            fs.ns.inodes.peek(w).is_some(),
             "working-set inode {w} evicted after a pass that loaded {loaded} inodes"
         );
     }
     let still = moved
         .iter()
-        .filter(|&&m| fs.inodes.peek(m).is_some())
+        .filter(|&&m| fs.ns.inodes.peek(m).is_some())
         .count();
     assert!(still < loaded, "the trim evicted none of the pass's inodes");
     fs.unmount().unwrap();

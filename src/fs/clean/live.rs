@@ -237,9 +237,9 @@ impl Fs {
         if self.node_map.lock().get(id) != a {
             return Ok(0);
         }
-        let _pre = self.tree.preload_node(&self.nodes(), id)?;
+        let _pre = self.ns.tree.preload_node(&self.nodes(), id)?;
         let _g = self.gate.read();
-        match self.tree.mark_dirty(&self.nodes(), id) {
+        match self.ns.tree.mark_dirty(&self.nodes(), id) {
             Ok(()) => Ok(1),
             // Freed meanwhile: its block died with it.
             Err(FsError::Errno(libc::ENOENT)) => Ok(0),

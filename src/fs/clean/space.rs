@@ -58,7 +58,7 @@ impl Fs {
         let inodes = self.dirty_inodes_to_write();
         // With a meta-indirect block each.
         inodes.div_ceil(entries16_per_block(self.sb.block_size) as u64)
-            + (self.tree.dirty_count() as u64).div_ceil(self.ppb)
+            + (self.ns.tree.dirty_count() as u64).div_ceil(self.ppb)
             + 2
     }
 
@@ -102,8 +102,8 @@ impl Fs {
         let g = self.geometry();
         let inodes = self.dirty_inodes_to_write();
         let records = self.records.count();
-        let nodes = self.tree.dirty_count() as u64;
-        let freed = self.tree.freed_count() as u64;
+        let nodes = self.ns.tree.dirty_count() as u64;
+        let freed = self.ns.tree.freed_count() as u64;
         let charged = self.cleaner.charged.load(Ordering::Acquire)
             + self.cleaner.inflight.load(Ordering::Acquire)
             + self.cleaner.claimed.load(Ordering::Acquire);
@@ -123,7 +123,7 @@ impl Fs {
         let cleaner_reserve = self.cleaner_reserve();
         let reserve = cleaner_reserve + DELETE_SEGMENTS;
         let dirty_inodes = self.dirty_inodes_to_write();
-        let nodes = self.tree.dirty_count() as u64;
+        let nodes = self.ns.tree.dirty_count() as u64;
         Space {
             clean: c.clean.load(Ordering::Acquire),
             pending: self.pending_blocks(),
