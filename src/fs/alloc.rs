@@ -313,7 +313,7 @@ impl Fs {
 
     /// Log the allocation of `runs` (under the gate, with the pointers that use them).
     pub(crate) fn record_allocations(&self, runs: &[(u64, u64)]) {
-        let mut recs = self.records.lock();
+        let mut recs = self.log.records.lock();
         for &(start, count) in runs {
             recs.push(Record::DAlloc { start, count });
         }

@@ -59,7 +59,7 @@ impl Fs {
             None => None,
         };
         let _pre = self.preload_chmod_acl(&e, &acl)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         if let Some(value) = acl {
             self.store_chmod_acl(&e, value)?;
         }

@@ -178,8 +178,8 @@ impl Fs {
     pub(crate) fn allocate_inode(&self, parent_group: u32, dir: bool) -> Result<(u64, u32, u32)> {
         let ino = self.ns.alloc_ino().ok_or(FsError::Errno(libc::ENOSPC))?;
         let generation = self
-            .ifile
-            .lock()
+            .log
+            .lock_ifile()
             .imap
             .get(ino as usize)
             .map(|e| e.generation)
@@ -283,12 +283,12 @@ impl Fs {
         let _pre = match self.ns.tree.preload(&self.nodes(), &messages) {
             Ok(p) => p,
             Err(err) => {
-                let _g = self.gate.read();
+                let _g = self.log.gate.read();
                 self.ns.give_back_ino(ino);
                 return Err(err);
             }
         };
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let e = self.new_inode_entry(d);
         if let Err(err) = self.ns.tree.insert(&self.nodes(), parent, name, entry) {
             let _ = self.ns.tree.remove(&self.nodes(), parent, name);
@@ -516,7 +516,7 @@ impl Fs {
         };
         let message = self.ns.tree.insert_message(new_parent, new_name, entry)?;
         let _pre = self.ns.tree.preload(&self.nodes(), &[message])?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         self.ns
             .tree
             .insert(&self.nodes(), new_parent, new_name, entry)?;
@@ -583,7 +583,7 @@ impl Fs {
             messages.extend(self.attrs_drop_message(&ce));
         }
         let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         self.ns.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
         self.entry_removed(&pe, false, now);
@@ -665,7 +665,7 @@ impl Fs {
             messages.extend(self.attrs_drop_message(&ce));
         }
         let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         self.ns.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
         self.entry_removed(&pe, true, now);

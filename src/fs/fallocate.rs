@@ -222,7 +222,7 @@ impl Fs {
             self.alloc.unreserve_runs(&runs);
             return Err(err);
         }
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         self.map_unwritten(&mut st, &m, &runs);
         for &(n, a) in &m.written {
@@ -254,14 +254,14 @@ impl Fs {
         self.range_map(e, (offset / bs, end.div_ceil(bs)), (0, 0))?;
         self.zero_partial_blocks(e, offset, end)?;
         let (lo, hi) = (offset.div_ceil(bs), end / bs);
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         if lo < hi {
             // Only the indirect blocks at the range's two ends may stay, changed.
             self.charge_block_range(lo, lo);
             self.charge_block_range(hi - 1, hi - 1);
             let freed = bmap::free_range(&mut st, lo, hi, self.ppb);
-            let mut recs = self.records.lock();
+            let mut recs = self.log.records.lock();
             for (start, count) in freed.data {
                 recs.push(Record::DFree { start, count });
             }

@@ -146,7 +146,7 @@ impl Fs {
         self.preload_all(e, 0)?;
         let dropped: Vec<_> = self.attrs_drop_message(e).into_iter().collect();
         let _pre = self.ns.tree.preload(&self.nodes(), &dropped)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         if self.removed_and_unused(e.ino, &st) {
             let dropped = self.destroy(e, &mut st);
@@ -252,7 +252,7 @@ impl Fs {
         } else {
             bmap::Freed::default()
         };
-        let mut recs = self.records.lock();
+        let mut recs = self.log.records.lock();
         for (start, count) in freed.data {
             recs.push(Record::DFree { start, count });
         }
@@ -417,7 +417,7 @@ impl Fs {
     /// How many data blocks pending transactions free (they stay allocated in the committed
     /// bitmap until then).
     pub(crate) fn pending_data_frees(&self) -> u64 {
-        self.records.data_freed()
+        self.log.records.data_freed()
     }
 
     /// Returns the number of bytes written (all of `data` unless an error).
@@ -531,7 +531,7 @@ impl Fs {
             return Err(err);
         }
         self.alloc.mark_written();
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         for (i, &a) in addrs.iter().enumerate() {
             if fresh[i] {
@@ -664,12 +664,12 @@ impl Fs {
                 self.alloc.mark_written();
             }
         }
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         if new_size < size {
             self.charge_block_range(keep, keep);
             let freed = bmap::free_from(&mut st, keep, self.ppb);
-            let mut recs = self.records.lock();
+            let mut recs = self.log.records.lock();
             for (start, count) in freed.data {
                 recs.push(Record::DFree { start, count });
             }

@@ -84,7 +84,7 @@ impl Fs {
                 return Err(FsError::Errno(libc::EPERM));
             }
         }
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         st.d.flags = (st.d.flags & !CHATTR_FLAGS) | flags;
         st.d.ctime = super::inode::to_disk_time(Timespec::now());

@@ -2,7 +2,8 @@
 //! commit for fsync, checkpoints, and the background thread that does both periodically.
 
 use super::inode::{InodeEntry, InodeState, SnapshotPart, SnapshotPlan, TakenBlock};
-use super::{FlushState, Fs};
+use super::log_commit::FlushState;
+use super::Fs;
 use crate::format::bmap::{self, Parent};
 use crate::format::inode::{encode_inode_block, inodes_per_block, DiskInode};
 use crate::format::meta::{encode_pointer_block, encode_symlink_block, symlink_bytes_per_block};
@@ -141,9 +142,9 @@ impl Fs {
     /// snapshot was taken after this call began, its completion is enough (group commit).
     pub(crate) fn sync_log(&self) -> Result<()> {
         // Any snapshot numbered `target` or later was taken after this call began.
-        let target = self.snap_seq.load(Ordering::Acquire) + 1;
-        let mut fl = self.flusher.lock();
-        if self.durable_seq.load(Ordering::Acquire) >= target {
+        let target = self.log.next_snapshot();
+        let mut fl = self.log.flusher();
+        if self.log.durable() >= target {
             return self.alive();
         }
         self.flush_locked(&mut fl)
@@ -178,7 +179,7 @@ impl Fs {
         if self.opts.read_only {
             return Ok(());
         }
-        if let Some(why) = &*self.failed.lock() {
+        if let Some(why) = self.log.failure() {
             return Err(FsError::Io(std::io::Error::other(format!(
                 "file system failed earlier: {why}"
             ))));
@@ -189,7 +190,7 @@ impl Fs {
             self.cleaner.counts.writing_meta.store(0, Ordering::Release);
             if !matches!(e, FsError::Errno(libc::ENOSPC)) {
                 log::error!("log write failed, no further writes: {e}");
-                self.set_failed(e.to_string());
+                self.log.set_failed(e.to_string());
             }
         }
         result
@@ -199,17 +200,17 @@ impl Fs {
         let bs = self.sb.block_size;
         let p = self.ppb;
         // ---- Phase 1: snapshot, in memory, under the gate.
-        let gate = self.gate.write();
-        let seq = self.snap_seq.load(Ordering::Acquire) + 1;
-        let mut entries: Vec<Arc<InodeEntry>> = self.dirty.lock().values().cloned().collect();
+        let gate = self.log.gate.write();
+        let seq = self.log.next_snapshot();
+        let mut entries: Vec<Arc<InodeEntry>> = self.log.dirty_entries();
         entries.sort_by_key(|e| e.ino);
         let n_nodes = self.ns.tree.dirty_count();
-        let n_records = self.records.lock().len();
+        let n_records = self.log.records.lock().len();
         if entries.is_empty() && n_nodes == 0 && n_records == 0 {
-            self.snap_seq.store(seq, Ordering::Release);
+            self.log.snapshot_taken(seq);
             drop(gate);
             self.alloc.flush_written()?;
-            self.durable_seq.store(seq, Ordering::Release);
+            self.log.made_durable(seq);
             return Ok(());
         }
         // What each live inode contributes, from counts kept where blocks change: its dirty
@@ -242,7 +243,7 @@ impl Fs {
         // Parts only: the list of addresses is made after the gate.
         let mut plan = fl
             .writer
-            .plan_parts(&self.ifile.lock(), nblocks, max_records)?;
+            .plan_parts(&self.log.lock_ifile(), nblocks, max_records)?;
         // From the snapshot until the tables show it, admission counts the transaction here.
         let planned: u64 = plan
             .parts
@@ -254,15 +255,15 @@ impl Fs {
             .writing
             .store(planned, Ordering::Release);
         // ... and the meta blocks applying it dirties (the counts it came from empty now).
-        let touched =
-            (n_inodes + n_nodes + self.ns.tree.freed_count()) as u64 + self.records.meta_blocks();
+        let touched = (n_inodes + n_nodes + self.ns.tree.freed_count()) as u64
+            + self.log.records.meta_blocks();
         self.cleaner
             .counts
             .writing_meta
             .store(touched, Ordering::Release);
 
         // From here on the snapshot is taken: nothing may fail until it is written.
-        self.snap_seq.store(seq, Ordering::Release);
+        self.log.snapshot_taken(seq);
         self.cleaner.snapshot_taken();
         self.forget_dirty(&entries);
         // Each live inode gets its range of the plan's addresses, in inode order, and places
@@ -284,11 +285,11 @@ impl Fs {
         // The nodes by pointer only: they are encoded after the gate is released.
         let taken = self.ns.tree.take_snapshots();
         assert_eq!(taken.len(), n_nodes, "tree changed under the gate");
-        let mut records = self.records.take();
+        let mut records = self.log.records.take();
         let freed_inos = self.ns.take_held_inos();
         drop(gate);
         #[cfg(test)]
-        if let Some(hook) = self.after_snapshot.lock().take() {
+        if let Some(hook) = self.log.after_snapshot.lock().take() {
             hook(self);
         }
 
@@ -422,7 +423,7 @@ impl Fs {
             self.cleaner.counts.writing.store(0, Ordering::Release);
             self.cleaner.counts.writing_meta.store(0, Ordering::Release);
         }
-        self.durable_seq.store(seq, Ordering::Release);
+        self.log.made_durable(seq);
         self.ns.tree.written(&node_ids);
         for ino in tombstones {
             self.ns.inodes.remove(ino);
@@ -435,19 +436,18 @@ impl Fs {
             .collect();
         self.ns.release_inos(reusable);
         fl.segments_since_ckpt += plan.segments.len() as u64 - 1;
-        let mut s = self.stats.lock();
-        s.flushes += 1;
-        s.log_blocks_written += plan
-            .parts
-            .iter()
-            .map(|p| p.summary_blocks as u64 + p.nblocks as u64)
-            .sum::<u64>();
+        self.log.count_flush(
+            plan.parts
+                .iter()
+                .map(|p| p.summary_blocks as u64 + p.nblocks as u64)
+                .sum::<u64>(),
+        );
         Ok(())
     }
 
     /// Write everything and a checkpoint.
     pub(crate) fn checkpoint(&self, clean: bool) -> Result<()> {
-        let mut fl = self.flusher.lock();
+        let mut fl = self.log.flusher();
         self.checkpoint_locked(&mut fl, clean)
     }
 
@@ -489,7 +489,7 @@ impl Fs {
             }
             let blocks = prepared.log_blocks();
             let items = prepared.items.clone();
-            finish_checkpoint(&self.sb, &*self.meta, &mut fl.writer, prepared)
+            finish_checkpoint(&self.sb, self.log.dev(), &mut fl.writer, prepared)
                 .map(|cp| (cp, blocks, items))
         })();
         match result {
@@ -497,16 +497,13 @@ impl Fs {
                 fl.ckpt_serial = cp.serial;
                 fl.segments_since_ckpt = 0;
                 fl.last_ckpt = Instant::now();
-                let mut s = self.stats.lock();
-                s.checkpoints += 1;
-                s.log_blocks_written += blocks;
-                s.checkpoint_blocks_written += blocks;
+                self.log.count_checkpoint(blocks);
                 Ok(items)
             }
             Err(e) => {
                 if !matches!(e, FsError::Errno(libc::ENOSPC)) {
                     log::error!("checkpoint failed, no further writes: {e}");
-                    self.set_failed(e.to_string());
+                    self.log.set_failed(e.to_string());
                 }
                 Err(e)
             }
@@ -520,16 +517,10 @@ impl Fs {
             if me.is_shut_down() {
                 return;
             }
-            {
-                let mut stop = me.stop.0.lock();
-                if !*stop {
-                    me.stop.1.wait_for(&mut stop, me.opts.flush_interval);
-                }
-                if *stop {
-                    return;
-                }
+            if me.log.wait_for_stop(me.opts.flush_interval) {
+                return;
             }
-            let mut fl = me.flusher.lock();
+            let mut fl = me.log.flusher();
             let due = fl.last_ckpt.elapsed() >= me.opts.checkpoint_interval
                 || fl.segments_since_ckpt >= me.opts.checkpoint_segments;
             let r = if due {

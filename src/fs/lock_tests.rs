@@ -310,7 +310,7 @@ fn tree_mutations_on_an_evicting_tree_do_no_io_under_the_gate() {
     for (k, &(d, i)) in files.iter().enumerate() {
         if k % 2 == 1 {
             let v = fs.lookup_entry(d, &name(i)).unwrap().unwrap();
-            let _g = fs.gate.read();
+            let _g = fs.log.gate.read();
             fs.ns.tree.remove(&fs.nodes(), d, &name(i)).unwrap();
             fs.ns.tree.insert(&fs.nodes(), d, &name(i), v).unwrap();
         }
@@ -333,11 +333,11 @@ fn a_data_allocation_waits_for_no_log_table() {
     let (a, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let tables = (&fs.ifile, &fs.node_map);
+    let log = &fs.log;
     let released_by_the_writer = std::thread::scope(|s| {
         let holder = s.spawn(move || {
-            let _ifile = tables.0.lock();
-            let _nodes = tables.1.lock();
+            let _ifile = log.lock_ifile();
+            let _nodes = log.lock_node_map();
             held_tx.send(()).unwrap();
             // Until the writes are done, or long enough to tell that they waited.
             done_rx.recv_timeout(Duration::from_secs(10)).is_ok()

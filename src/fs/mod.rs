@@ -20,6 +20,7 @@ mod flags;
 mod flush;
 pub mod inode;
 mod kernel_refs;
+mod log_commit;
 mod mount;
 mod namespace;
 mod privileges;
@@ -39,23 +40,16 @@ pub(crate) use xattr::{namespace as xattr_namespace, Namespace as XattrNamespace
 pub use xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
 
 use crate::betree::NodeLoader;
+#[cfg(test)]
 use crate::device::BlockDevice;
 use crate::format::summary::Record;
 use crate::format::superblock::Superblock;
-use crate::lockcheck::Mutex as NoIoMutex;
-use crate::log::LogWriter;
-use crate::meta::datamap::DataMap;
-use crate::meta::ifile::Ifile;
-use crate::meta::nodemap::NodeMap;
-use crate::meta::TablesMut;
 use crate::{FsError, Result};
 use inode::InodeEntry;
 #[cfg(test)]
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Mount-time settings.
 #[derive(Clone, Debug)]
@@ -98,14 +92,6 @@ impl Default for MountOptions {
             nodiratime: false,
         }
     }
-}
-
-/// State owned by whoever holds the flush lock.
-pub(crate) struct FlushState {
-    writer: LogWriter,
-    ckpt_serial: u64,
-    segments_since_ckpt: u64,
-    last_ckpt: Instant,
 }
 
 /// The handle of a file the kernel opened without telling DualFS (no-open support: the
@@ -157,77 +143,30 @@ impl Recovery {
 /// A mounted DualFS. Every method takes `&self` and may be called from many threads.
 pub struct Fs {
     sb: Arc<Superblock>,
-    /// The metadata device, behind the fence `shutdown` cuts.
-    meta: Arc<dyn BlockDevice>,
-    meta_fence: Arc<crate::device::fence::Fence>,
     opts: MountOptions,
     /// Pointers per indirect block.
     ppb: u64,
-    /// The tables kept in meta files, each under its own lock (`lock_tables` takes all three,
-    /// in rank order): the IFile (inode map and segment usage: one meta file), the node map,
-    /// and the data bitmaps, which the data allocator keeps and changes alone.
-    ifile: NoIoMutex<Ifile>,
-    node_map: NoIoMutex<NodeMap>,
+    /// Log commit: the metadata device, the log writer and the gate, what the next
+    /// transaction holds, the IFile and the node map, the failure state.
+    log: log_commit::LogCommit,
     /// Data allocation: the data device, its bitmaps, the files' reservation windows.
     alloc: alloc::DataAlloc,
     /// The namespace: directory tree, inode cache, inode numbers, handles.
     ns: namespace::Namespace,
-    gate: crate::lockcheck::Gate,
-    dirty: NoIoMutex<HashMap<u64, Arc<InodeEntry>>>,
-    /// Records of changes no block shows, in the order they happened.
-    records: records::RecordLog,
-    flusher: crate::lockcheck::Mutex<FlushState>,
-    /// Number of the last snapshot the log writer took, and of the last one made durable.
-    snap_seq: AtomicU64,
-    durable_seq: AtomicU64,
-    /// Set after a failed log write: nothing more may be written.
-    failed: NoIoMutex<Option<String>>,
-    /// `failed` is set (read by every operation without taking the lock).
-    has_failed: AtomicBool,
-    unmounted: AtomicBool,
     /// Space and admission: thresholds, counters, charges of pending work, one pass at a time.
     cleaner: clean::CleanerState,
-    stats: NoIoMutex<Stats>,
     recovery: Recovery,
-    /// The background thread's stop flag (leaves of the lock order, never across I/O).
-    stop: (NoIoMutex<bool>, crate::lockcheck::Condvar),
-    background: NoIoMutex<Option<std::thread::JoinHandle<()>>>,
-    /// Tests: run once by the next log write right after it released the gate, before it
-    /// encodes and writes its snapshot (other operations then change the live state).
-    #[cfg(test)]
-    after_snapshot: Mutex<Option<Box<dyn FnOnce(&Fs) + Send>>>,
 }
 
 /// A lock guard of this crate's no-I/O mutexes.
 type NoIoGuard<'a, T> = crate::lockcheck::Guard<parking_lot::MutexGuard<'a, T>>;
-
-/// The three tables locked together, in the one order (`Rank::IFILE`, `NODE_MAP`,
-/// `DATA_MAP`): for whoever needs more than one at a time (applying a transaction, a
-/// checkpoint, the cleaner's bounds, the figures admission reads).
-pub(crate) struct TableGuards<'a> {
-    sb: &'a Superblock,
-    ifile: NoIoGuard<'a, Ifile>,
-    nodes: NoIoGuard<'a, NodeMap>,
-    data: NoIoGuard<'a, DataMap>,
-}
-
-impl TableGuards<'_> {
-    pub(crate) fn tables(&mut self) -> TablesMut<'_> {
-        TablesMut {
-            sb: self.sb,
-            ifile: &mut self.ifile,
-            data: &mut self.data,
-            nodes: &mut self.nodes,
-        }
-    }
-}
 
 /// Reads tree nodes through the node map.
 struct Nodes<'a>(&'a Fs);
 
 impl NodeLoader for Nodes<'_> {
     fn load_node(&self, id: u64) -> Result<Vec<u8>> {
-        let addr = self.0.node_map.lock().get(id);
+        let addr = self.0.log.node_addr(id);
         if addr == 0 {
             return Err(FsError::corrupt(
                 "directory tree",
@@ -248,7 +187,7 @@ impl Fs {
     }
 
     pub fn stats(&self) -> Stats {
-        *self.stats.lock()
+        self.log.stats()
     }
 
     /// What the mount found and recovered.
@@ -261,13 +200,8 @@ impl Fs {
     }
 
     /// All three tables, locked in rank order.
-    fn lock_tables(&self) -> TableGuards<'_> {
-        TableGuards {
-            sb: &self.sb,
-            ifile: self.ifile.lock(),
-            nodes: self.node_map.lock(),
-            data: self.alloc.lock_map(),
-        }
+    fn lock_tables(&self) -> log_commit::TableGuards<'_> {
+        self.log.lock_tables(&self.alloc)
     }
 
     /// A block of the log named by something read from disk (an inode's indirect or symlink
@@ -280,7 +214,7 @@ impl Fs {
                 format!("{addr} outside the log"),
             ));
         }
-        crate::log::read_block(&*self.meta, self.sb.block_size, addr)
+        crate::log::read_block(self.log.dev(), self.sb.block_size, addr)
     }
 
     /// EROFS on a read-only mount, EIO after a failed write or unmount.
@@ -292,24 +226,9 @@ impl Fs {
         Ok(())
     }
 
+    /// EIO after a failed write or unmount.
     fn alive(&self) -> Result<()> {
-        if self.unmounted.load(Ordering::Acquire) {
-            return Err(FsError::Errno(libc::EIO));
-        }
-        if self.has_failed.load(Ordering::Acquire) {
-            if let Some(why) = &*self.failed.lock() {
-                log::debug!("refusing: file system failed earlier: {why}");
-            }
-            return Err(FsError::Errno(libc::EIO));
-        }
-        Ok(())
-    }
-
-    /// A log write failed, or the file system was shut down: nothing more may be written.
-    /// The first reason stays: it is the cause, what fails after it follows from it.
-    fn set_failed(&self, why: String) {
-        self.failed.lock().get_or_insert(why);
-        self.has_failed.store(true, Ordering::Release);
+        self.log.alive()
     }
 
     /// The cached inode `ino`, loading it if needed.
@@ -333,7 +252,7 @@ impl Fs {
                 return Ok(e);
             }
             let seen = self.ns.inodes.eviction_count();
-            let loc = self.ifile.lock().entry(ino);
+            let loc = self.log.inode_loc(ino);
             let Some(loc) = loc else {
                 return Err(FsError::Errno(libc::ENOENT));
             };
@@ -370,15 +289,7 @@ impl Fs {
     /// is one that may land in any transaction by itself: an access time, `touch_atime`).
     fn mark_dirty(&self, e: &Arc<InodeEntry>, st: &mut inode::InodeState) {
         st.dirty = true;
-        let mut dirty = self.dirty.lock();
-        if let std::collections::hash_map::Entry::Vacant(v) = dirty.entry(e.ino) {
-            v.insert(e.clone());
-            // Under the map's lock, so the count is the map's size (admission reads it).
-            self.cleaner
-                .counts
-                .dirty_inodes
-                .store(dirty.len() as u64, Ordering::Release);
-        }
+        self.log.mark_dirty(e, &self.cleaner.counts);
     }
 
     /// The log writer's snapshot took `entries` (collected from the dirty map earlier under
@@ -386,19 +297,11 @@ impl Fs {
     /// dirty meanwhile without the gate (an access time) stays for the next snapshot; one of
     /// `entries` changed meanwhile is written with the snapshot's copy, taken after this.
     fn forget_dirty(&self, entries: &[Arc<InodeEntry>]) {
-        let mut dirty = self.dirty.lock();
-        for e in entries {
-            dirty.remove(&e.ino);
-        }
-        self.cleaner
-            .counts
-            .dirty_inodes
-            .store(dirty.len() as u64, Ordering::Release);
-        self.cleaner.counts.tombstones.store(0, Ordering::Release);
+        self.log.forget_dirty(entries, &self.cleaner.counts);
     }
 
     fn push_record(&self, r: Record) {
-        self.records.lock().push(r);
+        self.log.records.lock().push(r);
     }
 }
 

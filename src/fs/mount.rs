@@ -1,24 +1,18 @@
 //! Bringing a file system up (mount, or a fresh one for mkfs) and down (unmount).
 
 use super::inode::InodeEntry;
-use super::{FlushState, Fs, MountOptions, Recovery, Stats};
+use super::{Fs, MountOptions, Recovery};
 use crate::betree::BeTree;
 use crate::device::fence::Fence;
 use crate::device::BlockDevice;
 use crate::format::meta::{pointers_per_block, IMAP_ORPHAN, SEG_ACTIVE};
 use crate::format::superblock::{Role, Superblock};
-use crate::lockcheck::{Mutex as NoIoMutex, Rank};
 use crate::log::checkpoint::read_newest;
 use crate::log::recovery::{load_tables, roll_forward};
 use crate::log::{LogHead, LogWriter};
 use crate::meta::Tables;
 use crate::{FsError, Result};
-#[cfg(test)]
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Read and check a device's superblock.
 pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
@@ -144,14 +138,10 @@ impl Fs {
             nodes: node_map,
             ..
         } = tables;
-        let meta_fence = Arc::new(Fence::new(meta));
-        let meta: Arc<dyn BlockDevice> = meta_fence.clone();
         let ppb = pointers_per_block(sb.block_size) as u64;
-        let writer = LogWriter::new(sb.clone(), meta.clone(), head);
         let fs = Fs {
             ppb,
-            ifile: NoIoMutex::ranked("ifile", Rank::IFILE, ifile),
-            node_map: NoIoMutex::ranked("node map", Rank::NODE_MAP, node_map),
+            log: super::log_commit::LogCommit::new(sb.clone(), meta, ifile, node_map, head),
             alloc: super::alloc::DataAlloc::new(Arc::new(Fence::new(data)), data_map, ppb),
             ns: super::namespace::Namespace::new(
                 tree,
@@ -159,38 +149,9 @@ impl Fs {
                 free,
                 next_new,
             ),
-            gate: crate::lockcheck::Gate::new(),
-            dirty: NoIoMutex::new("dirty", HashMap::new()),
-            records: super::records::RecordLog::new(sb.blocks_per_group, sb.block_size),
-            flusher: crate::lockcheck::Mutex::across_io(
-                "flusher",
-                Rank::FLUSHER,
-                0,
-                FlushState {
-                    writer,
-                    ckpt_serial: head.ckpt_serial,
-                    segments_since_ckpt: 0,
-                    last_ckpt: Instant::now(),
-                },
-            ),
-            snap_seq: AtomicU64::new(0),
-            durable_seq: AtomicU64::new(0),
-            failed: NoIoMutex::new("failed", None),
-            has_failed: AtomicBool::new(false),
-            unmounted: AtomicBool::new(false),
             cleaner: super::clean::CleanerState::new(),
-            stats: NoIoMutex::new("stats", Stats::default()),
             recovery,
-            stop: (
-                crate::lockcheck::Mutex::new("stop", false),
-                crate::lockcheck::Condvar::new(),
-            ),
-            background: crate::lockcheck::Mutex::new("background", None),
-            #[cfg(test)]
-            after_snapshot: Mutex::new(None),
             sb,
-            meta,
-            meta_fence,
             opts,
         };
         fs.tables_changed(&fs.lock_tables().tables());
@@ -271,7 +232,7 @@ impl Fs {
             let h = std::thread::Builder::new()
                 .name("dualfs-log".into())
                 .spawn(move || Fs::background(weak))?;
-            *fs.background.lock() = Some(h);
+            fs.log.set_background(h);
         }
         Ok(fs)
     }
@@ -318,7 +279,7 @@ impl Fs {
 
     /// Install the root directory of a fresh file system (mkfs only).
     pub(crate) fn make_root(&self, d: crate::format::inode::DiskInode) {
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let e = self.new_inode_entry(d);
         self.ns.claim_ino(crate::format::ROOT_INO);
         let mut st = e.state.write();
@@ -340,30 +301,25 @@ impl Fs {
     pub fn shutdown(&self) {
         // What every operation checks first (`alive`): from now on each answers EIO, also
         // those that would not touch a device (a create the write-back cache keeps in memory).
-        self.set_failed("the file system was shut down (FS_IOC_SHUTDOWN)".into());
-        self.meta_fence.cut();
+        self.log
+            .set_failed("the file system was shut down (FS_IOC_SHUTDOWN)".into());
+        self.log.cut();
         self.alloc.cut();
         log::warn!("shut down: nothing more is written to either device");
     }
 
     /// `shutdown` was called.
     pub fn is_shut_down(&self) -> bool {
-        self.meta_fence.is_cut() || self.alloc.is_cut()
+        self.log.is_cut() || self.alloc.is_cut()
     }
 
     /// Write everything and a clean checkpoint. Later calls fail with EIO. After `shutdown`
     /// nothing is written and the next mount recovers.
     pub fn unmount(&self) -> Result<()> {
-        if self.unmounted.swap(true, Ordering::AcqRel) {
+        if !self.log.set_unmounted() {
             return Ok(());
         }
-        *self.stop.0.lock() = true;
-        self.stop.1.notify_all();
-        // Not joined under the lock (a leaf: the thread it waits for does I/O).
-        let background = self.background.lock().take();
-        if let Some(h) = background {
-            let _ = h.join();
-        }
+        self.log.stop_background();
         if self.opts.read_only {
             return Ok(());
         }
@@ -376,7 +332,7 @@ impl Fs {
             self.alloc.return_window(&e, &mut e.state.write());
         }
         self.checkpoint(true)?;
-        self.meta.flush()?;
+        self.log.dev().flush()?;
         self.alloc.dev().flush()?;
         log::info!("unmounted cleanly");
         Ok(())
@@ -384,7 +340,7 @@ impl Fs {
 
     /// Read the newest checkpoint (for status and tests).
     pub fn checkpoint_serial(&self) -> u64 {
-        self.flusher.lock().ckpt_serial
+        self.log.flusher().ckpt_serial
     }
 
     /// A new cached inode, dirty, numbered by the allocator.

@@ -50,7 +50,7 @@ impl Fs {
         if without_set_ids(mode) == mode {
             return;
         }
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         st.d.mode = without_set_ids(st.d.mode);
         st.d.ctime = to_disk_time(Timespec::now());

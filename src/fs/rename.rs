@@ -174,7 +174,7 @@ impl Fs {
         };
         messages.extend(dropped_attrs);
         let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let ld = self.nodes();
         let now = to_disk_time(Timespec::now());
         if flags.exchange {

@@ -71,8 +71,8 @@ impl Fs {
     /// node map entries are cleared here, in memory, and reach the log with the new nodes.
     /// The old nodes' blocks die; the repair's next round makes segment usage exact.
     pub(crate) fn repair_reset_tree(&self) {
-        let _fl = self.flusher.lock();
-        let _g = self.gate.write();
+        let _fl = self.log.flusher();
+        let _g = self.log.gate.write();
         self.ns.tree.reset_empty();
         let mut locked = self.lock_tables();
         let t = locked.tables();
@@ -93,7 +93,7 @@ impl Fs {
     pub(crate) fn repair_inode(&self, ino: u64, f: impl FnOnce(&mut DiskInode)) -> Result<()> {
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         f(&mut st.d);
         st.d.ino = ino;
@@ -112,7 +112,7 @@ impl Fs {
             }
         }
         let p = self.ppb;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         // The child the pointer named: (level, first file block), for indirect pointers.
         let child = match at {
@@ -184,7 +184,7 @@ impl Fs {
         if kind == Some(FileKind::Regular) {
             self.preload_all(&e, 0)?;
         }
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         let (blocks, meta_blocks) = match kind {
             Some(FileKind::Regular) => {
@@ -216,7 +216,7 @@ impl Fs {
         let e = self.inode(ino)?;
         let _op = e.op.lock_arc();
         self.preload_all(&e, 0)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         if !st.deleted {
             let dropped = self.destroy(&e, &mut st);
@@ -234,7 +234,7 @@ impl Fs {
         name: &[u8],
         value: &[u8],
     ) -> Result<()> {
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let key = crate::betree::Key::new(ino, hash, name);
         self.ns.tree.attr_set(&self.nodes(), key, ino, value, &[])
     }
@@ -249,7 +249,7 @@ impl Fs {
         name: &[u8],
         free: &[u64],
     ) -> Result<()> {
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let key = crate::betree::Key::new(ino, hash, name);
         self.ns.tree.attr_remove(&self.nodes(), key, free)
     }
@@ -263,7 +263,7 @@ impl Fs {
             .attr_list(crate::format::inode::IFLAG_XATTRS, ino, generation)?
             .flags();
         let bits = crate::format::inode::IFLAG_XATTRS | crate::format::inode::IFLAG_XATTR_BLOCKS;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         st.d.flags = (st.d.flags & !bits) | flags;
         self.mark_dirty(&e, &mut st);
@@ -272,7 +272,7 @@ impl Fs {
 
     /// Remove the entry stored under (`dir`, `hash`, `name`), whatever the hash should be.
     pub(crate) fn repair_remove_entry(&self, dir: u64, hash: u64, name: &[u8]) -> Result<()> {
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         self.ns
             .tree
             .remove_key(&self.nodes(), Key::new(dir, hash, name))
@@ -287,7 +287,7 @@ impl Fs {
         kind: FileKind,
     ) -> Result<()> {
         super::dir::check_name(name)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         self.ns.tree.insert(
             &self.nodes(),
             dir,
@@ -320,7 +320,7 @@ impl Fs {
             group,
             ..Default::default()
         };
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let e = self.new_inode_entry(d);
         let inserted = self.ns.tree.insert(
             &self.nodes(),
@@ -352,7 +352,7 @@ impl Fs {
     pub(crate) fn repair_make_root(&self) -> Result<()> {
         let ino = crate::format::ROOT_INO;
         let generation = {
-            let ifile = self.ifile.lock();
+            let ifile = self.log.lock_ifile();
             if ifile.entry(ino).is_some() {
                 return Err(FsError::Errno(libc::EEXIST));
             }
@@ -365,7 +365,7 @@ impl Fs {
                 .max(1)
         };
         let now = super::inode::to_disk_time(Timespec::now());
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         self.ns.claim_ino(ino);
         let e = self.new_inode_entry(DiskInode {
             ino,

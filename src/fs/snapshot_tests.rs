@@ -114,7 +114,7 @@ fn a_snapshot_is_written_as_taken_while_operations_change_the_live_state() {
     let ran = Arc::new(AtomicBool::new(false));
     let ran_in_hook = ran.clone();
     let b_more_in_hook = b_more.clone();
-    *fs.after_snapshot.lock() = Some(Box::new(move |fs: &Fs| {
+    *fs.log.after_snapshot.lock() = Some(Box::new(move |fs: &Fs| {
         std::thread::scope(|t| {
             t.spawn(|| {
                 let set = SetAttr {

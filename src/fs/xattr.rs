@@ -322,7 +322,7 @@ impl Fs {
             }
         }
         let _pre = self.preload_attr_change(&e, name, &change)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         self.apply_attr_change(&e, &list, name, &change)?;
         let mut st = e.state.write();
         if let Some(m) = new_mode {
@@ -359,7 +359,7 @@ impl Fs {
             return Err(FsError::Errno(libc::ENODATA));
         }
         let _pre = self.preload_attr_change(&e, name, &Change::Remove)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         self.apply_attr_change(&e, &list, name, &Change::Remove)?;
         let mut st = e.state.write();
         st.d.ctime = to_disk_time(Timespec::now());

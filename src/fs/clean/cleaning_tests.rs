@@ -298,7 +298,7 @@ fn explicit_segments_are_checked_before_cleaning() {
     }
     fs.sync().unwrap();
     let head = {
-        let fl = fs.flusher.lock();
+        let fl = fs.log.flusher();
         fs.sb.segment_of(fl.writer.head.addr)
     };
     let usage = fs.usage_table();

@@ -19,7 +19,7 @@ impl Fs {
         let mut addr = sb.segment_start(seg);
         let mut out: Vec<(u64, Summary)> = Vec::new();
         while end - addr >= 2 {
-            let first = read_block(&*self.meta, sb.block_size, addr)?;
+            let first = read_block(self.log.dev(), sb.block_size, addr)?;
             let Ok(n) = Summary::peek_len(&first, sb.uuid_tag()) else {
                 break;
             };
@@ -29,7 +29,7 @@ impl Fs {
             let raw = if n == 1 {
                 first
             } else {
-                read_blocks(&*self.meta, sb.block_size, addr, n as u64)?
+                read_blocks(self.log.dev(), sb.block_size, addr, n as u64)?
             };
             let Ok(s) = Summary::decode(&raw, sb.uuid_tag()) else {
                 break;
@@ -52,7 +52,7 @@ impl Fs {
     pub(super) fn scan_segment(&self, seg: u64) -> Result<SegmentScan> {
         let mut scan = SegmentScan {
             seg,
-            live_bytes: self.ifile.lock().usage[seg as usize].live_bytes as u64,
+            live_bytes: self.log.lock_ifile().usage[seg as usize].live_bytes as u64,
             ..Default::default()
         };
         for (addr, summary) in self.segment_summaries(seg)? {
@@ -69,7 +69,7 @@ impl Fs {
                     }
                     // Value blocks are named by node ids too, and move the same way.
                     BlockKind::Node | BlockKind::Value => {
-                        if self.node_map.lock().get(d.owner) == a {
+                        if self.log.node_addr(d.owner) == a {
                             scan.items.push((a, Live::Node { id: d.owner }));
                         }
                     }
@@ -110,11 +110,11 @@ impl Fs {
 
     /// (inode, slot) of every inode the inode map places in INODES block `a`.
     pub(super) fn live_inodes_in(&self, a: u64) -> Result<Vec<(u64, u16)>> {
-        let block = read_block(&*self.meta, self.sb.block_size, a)?;
+        let block = read_block(self.log.dev(), self.sb.block_size, a)?;
         let Ok(n) = check_inode_block(&block) else {
             return Ok(Vec::new());
         };
-        let ifile = self.ifile.lock();
+        let ifile = self.log.lock_ifile();
         let mut out = Vec::new();
         for slot in 1..=n {
             let Ok(d) = inode_in_block(&block, slot) else {
@@ -136,7 +136,7 @@ impl Fs {
         &self,
         ino: u64,
     ) -> Result<Option<std::sync::Arc<crate::fs::inode::InodeEntry>>> {
-        if self.ifile.lock().entry(ino).is_none() {
+        if self.log.inode_loc(ino).is_none() {
             return Ok(None);
         }
         match self.inode_used(ino, false) {
@@ -214,9 +214,8 @@ impl Fs {
 
     pub(super) fn move_inode(&self, ino: u64, slot: u16, a: u64) -> Result<u64> {
         let live = self
-            .ifile
-            .lock()
-            .entry(ino)
+            .log
+            .inode_loc(ino)
             .is_some_and(|e| e.addr == a && e.slot == slot);
         if !live {
             return Ok(0);
@@ -224,7 +223,7 @@ impl Fs {
         let Some(e) = self.inode_for_clean(ino)? else {
             return Ok(0);
         };
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         if st.deleted {
             return Ok(0);
@@ -234,11 +233,11 @@ impl Fs {
     }
 
     pub(super) fn move_node(&self, id: u64, a: u64) -> Result<u64> {
-        if self.node_map.lock().get(id) != a {
+        if self.log.node_addr(id) != a {
             return Ok(0);
         }
         let _pre = self.ns.tree.preload_node(&self.nodes(), id)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         match self.ns.tree.mark_dirty(&self.nodes(), id) {
             Ok(()) => Ok(1),
             // Freed meanwhile: its block died with it.
@@ -253,7 +252,7 @@ impl Fs {
         };
         let _op = e.op.lock_arc();
         self.resolve_for_clean(&e, index)?;
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         if st.deleted {
             return Ok(0);
@@ -288,7 +287,7 @@ impl Fs {
                 return Err(err);
             }
         };
-        let _g = self.gate.read();
+        let _g = self.log.gate.read();
         let mut st = e.state.write();
         if st.deleted || st.target_dirty || st.d.direct[index as usize] != a {
             return Ok(0);

@@ -32,6 +32,7 @@ mod live;
 pub mod policy;
 pub mod report;
 mod room;
+pub(crate) use room::RoomCounts;
 mod space;
 
 /// Clean segments deletes may use below the writers' reserve.
@@ -276,7 +277,7 @@ impl Fs {
     // ------------------------------------------------------------------------------------
 
     pub(super) fn choose_victims(&self, policy: Policy, max: usize) -> Vec<u64> {
-        let ifile = self.ifile.lock();
+        let ifile = self.log.lock_ifile();
         let seg_bytes = self.sb.segment_blocks as u64 * self.sb.block_size as u64;
         policy::choose(&ifile.usage, seg_bytes, crate::log::now_secs(), policy, max)
     }
@@ -314,7 +315,7 @@ impl Fs {
         if seg == head_seg || seg == next {
             return Some("the log head is there");
         }
-        let u = self.ifile.lock().usage[seg as usize];
+        let u = self.log.lock_ifile().usage[seg as usize];
         if u.flags & SEG_RESERVED != 0 {
             return Some("reserved");
         }
@@ -345,7 +346,7 @@ impl Fs {
             ..Default::default()
         };
         let (head_seg, next, head_room) = {
-            let fl = self.flusher.lock();
+            let fl = self.log.flusher();
             let h = fl.writer.head;
             let seg = self.sb.segment_of(h.addr);
             (seg, h.next_segment, self.sb.segment_end(seg) - h.addr)
@@ -475,18 +476,18 @@ impl Fs {
         // (it relocates them): one more frees it, and the bound holds that one only when a
         // victim held meta blocks.
         let first = {
-            let mut fl = self.flusher.lock();
+            let mut fl = self.log.flusher();
             self.checkpoint_written(&mut fl, false)?
         };
         let dead_but_dirty = {
-            let ifile = self.ifile.lock();
+            let ifile = self.log.lock_ifile();
             scans.iter().any(|s| {
                 let u = ifile.usage[s.seg as usize];
                 u.live_bytes == 0 && !u.is_clean()
             })
         };
         let second = if dead_but_dirty && !second_claim.is_empty() {
-            let mut fl = self.flusher.lock();
+            let mut fl = self.log.flusher();
             self.checkpoint_written(&mut fl, false)?
         } else {
             Vec::new()
@@ -500,7 +501,7 @@ impl Fs {
         );
         rep.bytes_written = written * g.block_size;
         {
-            let ifile = self.ifile.lock();
+            let ifile = self.log.lock_ifile();
             for s in &scans {
                 if ifile.usage[s.seg as usize].is_clean() {
                     rep.cleaned.push(s.seg);
@@ -567,7 +568,7 @@ impl Fs {
             };
             // An unmount waits for this thread: let it have the final checkpoint at once
             // rather than after up to 2 s of passes.
-            if !go || start.elapsed().as_secs() >= 2 || *self.stop.0.lock() {
+            if !go || start.elapsed().as_secs() >= 2 || self.log.stopping() {
                 return;
             }
             cleaning = true;
@@ -634,7 +635,7 @@ impl Fs {
     }
 
     pub fn usage_table(&self) -> UsageTable {
-        let ifile = self.ifile.lock();
+        let ifile = self.log.lock_ifile();
         UsageTable {
             segment_bytes: self.sb.segment_blocks as u64 * self.sb.block_size as u64,
             now: crate::log::now_secs(),
@@ -653,7 +654,7 @@ impl Fs {
     pub fn cleaner_status(&self) -> Status {
         let sp = self.space();
         let (clean, live, dirty) = {
-            let ifile = self.ifile.lock();
+            let ifile = self.log.lock_ifile();
             let live: u64 = ifile.usage.iter().map(|u| u.live_bytes as u64).sum();
             let dirty = ifile
                 .usage

@@ -76,8 +76,10 @@ impl Fs {
     pub(super) fn pending_meta_blocks(&self, inodes: u64, nodes: u64) -> u64 {
         let c = &self.cleaner.counts;
         let g = self.geometry();
-        let growth =
-            inodes + nodes + self.records.meta_blocks() + c.writing_meta.load(Ordering::Acquire);
+        let growth = inodes
+            + nodes
+            + self.log.records.meta_blocks()
+            + c.writing_meta.load(Ordering::Acquire);
         let most = c.meta_total.load(Ordering::Acquire)
             + inodes.div_ceil(entries16_per_block(self.sb.block_size) as u64)
             + nodes.div_ceil(g.ppb)
@@ -92,8 +94,8 @@ impl Fs {
     /// The stored figures against the tables (tests, at moments nothing runs).
     pub(crate) fn assert_room_counts_match_the_tables(&self) {
         // Leaves of the lock order, taken one at a time.
-        let dirty = self.dirty.lock().len() as u64;
-        let records = self.records.lock().len() as u64;
+        let dirty = self.log.dirty_count() as u64;
+        let records = self.log.records.lock().len() as u64;
         let mut locked = self.lock_tables();
         let t = locked.tables();
         let g = self.geometry();
@@ -111,6 +113,6 @@ impl Fs {
             t.ifile.live_inodes
         );
         assert_eq!(c.dirty_inodes.load(Ordering::Acquire), dirty);
-        assert_eq!(self.records.count(), records);
+        assert_eq!(self.log.records.count(), records);
     }
 }

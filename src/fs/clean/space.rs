@@ -29,7 +29,7 @@ impl Fs {
     // ------------------------------------------------------------------------------------
 
     pub fn clean_segments_count(&self) -> u64 {
-        self.ifile.lock().clean_segments()
+        self.log.lock_ifile().clean_segments()
     }
 
     /// Clean segments only the cleaner may use: the worst case of a one-segment pass plus
@@ -101,7 +101,7 @@ impl Fs {
     pub(crate) fn pending_blocks(&self) -> u64 {
         let g = self.geometry();
         let inodes = self.dirty_inodes_to_write();
-        let records = self.records.count();
+        let records = self.log.records.count();
         let nodes = self.ns.tree.dirty_count() as u64;
         let freed = self.ns.tree.freed_count() as u64;
         let charged = self.cleaner.charged.load(Ordering::Acquire)
@@ -320,7 +320,7 @@ impl Fs {
             return 0;
         }
         let (live, dead) = {
-            let ifile = self.ifile.lock();
+            let ifile = self.log.lock_ifile();
             let mut live = 0u64;
             let mut dead = 0u64;
             // Dead space is worth counting in segments cleaning can reclaim even with the
