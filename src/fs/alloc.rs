@@ -1,5 +1,5 @@
 //! Data allocation: the data device, its bitmaps, and per-file reservation windows (the
-//! `DataAlloc` component of `Fs`, docs/DESIGN.md "Modules and their dependencies").
+//! `DataAlloc` component of `Fs`, docs/DESIGN.md "The components of Fs").
 //!
 //! A file being written holds a *window*, a run of reserved data blocks right after its last
 //! block, and its new blocks come from there: a file written sequentially comes out

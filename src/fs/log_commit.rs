@@ -1,4 +1,4 @@
-//! Log commit, a component of `Fs` (docs/DESIGN.md, "Modules and their dependencies"): the
+//! Log commit, a component of `Fs` (docs/DESIGN.md, "The components of Fs"): the
 //! metadata device and the log writer, the gate, what the next transaction holds (the dirty
 //! inodes, the records), the tables the log applies its transactions to (the IFile and the
 //! node map; the data bitmaps are the data allocator's, lent to `lock_tables`), the snapshot

@@ -141,6 +141,9 @@ impl Recovery {
 }
 
 /// A mounted DualFS. Every method takes `&self` and may be called from many threads.
+///
+/// The POSIX facade over four components, each owning its state and its locks
+/// (docs/DESIGN.md, "The components of Fs"), and the parts they all read.
 pub struct Fs {
     sb: Arc<Superblock>,
     opts: MountOptions,

@@ -1,4 +1,4 @@
-//! The namespace, a component of `Fs` (docs/DESIGN.md, "Modules and their dependencies"):
+//! The namespace, a component of `Fs` (docs/DESIGN.md, "The components of Fs"):
 //! the directory tree, the cached inodes and inode blocks, inode numbers, the kernel's
 //! references, open handles and the lock that serializes renames between directories.
 //!

@@ -41,8 +41,8 @@ const DELETE_SEGMENTS: u64 = 2;
 /// (its inodes, a cascade of tree nodes): charged while it is in flight.
 const OP_BLOCKS: u64 = 16;
 
-/// Space and admission, a component of `Fs` (docs/DESIGN.md, "Modules and their
-/// dependencies"): what the file system keeps for cleaning and admission. Its methods are
+/// Space and admission, a component of `Fs` (docs/DESIGN.md, "The components
+/// of Fs"): what the file system keeps for cleaning and admission. Its methods are
 /// `Fs`'s in this module's files (space.rs, room.rs, and the passes here), which read the
 /// log's tables and move what is live through the namespace and the log.
 pub(crate) struct CleanerState {
