@@ -387,14 +387,11 @@ mod tests {
     use crate::fs::inode::InodeEntry;
 
     fn file() -> Arc<InodeEntry> {
-        InodeEntry::new(
-            DiskInode {
-                ino: 5,
-                mode: libc::S_IFREG,
-                ..Default::default()
-            },
-            true,
-        )
+        InodeEntry::detached(DiskInode {
+            ino: 5,
+            mode: libc::S_IFREG,
+            ..Default::default()
+        })
     }
 
     /// A run set at once maps what setting each block maps, across the direct pointers and
@@ -436,14 +433,11 @@ mod tests {
 
     #[test]
     fn set_lookup_free() {
-        let e = InodeEntry::new(
-            DiskInode {
-                ino: 5,
-                mode: libc::S_IFREG,
-                ..Default::default()
-            },
-            true,
-        );
+        let e = InodeEntry::detached(DiskInode {
+            ino: 5,
+            mode: libc::S_IFREG,
+            ..Default::default()
+        });
         let mut st = e.state.write();
         let p = 8;
         for n in [0u64, 11, 12, 19, 20, 12 + 8 + 64 + 3, 12 + 8 + 64 + 512 - 1] {

@@ -313,8 +313,9 @@ impl Fs {
         }
         let attr = {
             let mut st = e.state.write();
-            st.target_dirty = long_target.is_some();
-            st.long_target = long_target;
+            if let Some(t) = long_target {
+                st.set_dirty_target(t);
+            }
             if open {
                 st.opens += 1;
             }

@@ -278,15 +278,14 @@ impl Fs {
         });
         drop(recs);
         self.alloc.return_window(e, st);
+        // A tombstone in the dirty set writes no inode (admission counts it apart): one in
+        // the set already becomes one, another enters as one.
+        if st.dirty {
+            self.log.dirty.now_deleted(&self.cleaner.counts);
+        }
         st.deleted = true;
-        st.long_target = None;
-        st.target_dirty = false;
+        st.drop_target();
         self.mark_dirty(e, st);
-        // A tombstone in the dirty map writes no inode (admission counts it apart).
-        self.cleaner
-            .counts
-            .tombstones
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.ns.hold_ino(e.ino);
         Fs::attrs_of_freed(e.ino, st)
     }
@@ -308,9 +307,9 @@ impl Fs {
     ///
     /// Without the gate: an access time is part of no invariant between objects, so it needs
     /// no transaction of its own, only to be in some transaction whole. The state lock makes
-    /// the change atomic against the log writer's copy of the inode, and the writer takes out
-    /// of the dirty map only the entries it collected (`forget_dirty`), so an inode marked
-    /// dirty during its snapshot stays for the next one. A read therefore never queues behind
+    /// the change atomic against the log writer's copy of the inode, and the dirty set's lock
+    /// orders it against the writer's taking of the set (`DirtySet::take`): an inode marked
+    /// dirty before that is in the snapshot, one marked after in the next. A read therefore never queues behind
     /// the writer waiting for the gate, or behind the mutations holding it.
     pub(crate) fn touch_atime(&self, e: &Arc<InodeEntry>) {
         if self.opts.noatime || self.opts.read_only || self.alive().is_err() {

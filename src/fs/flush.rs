@@ -13,6 +13,7 @@ use crate::log::checkpoint::{finish_checkpoint, prepare_checkpoint, CheckpointIn
 use crate::log::{now_secs, TxnBlock};
 use crate::meta::{InodeLoc, PlacedBlock};
 use crate::{FsError, Result};
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -47,19 +48,30 @@ fn runs(mut addrs: Vec<u64>) -> Vec<(u64, u64)> {
     out
 }
 
-/// Carry out the plan the log writer's gate left in an inode's state (`StateLock` calls this
-/// at the first hold of the lock after the gate, so the state is still exactly as the
-/// snapshot took it): give each dirty indirect block (children before parents) and each
-/// block of a dirty long symlink target its address from the plan, in the block, its
-/// parent's slot (copy-on-write, `Arc::make_mut`, of an array a write in progress still
-/// shares) or the inode's pointers; mark them clean, take `Arc` clones of the pointer
-/// arrays and a copy of the inode, and clear its dirty flag. The result waits in
-/// `snapshot_part` for the writer.
-pub(super) fn place_snapshot(st: &mut InodeState) {
-    let plan = st.snapshot_plan.take().expect("a snapshot plan");
+/// Carry out the snapshot's plan for an inode it took (`StateLock` calls this at the first
+/// hold of the lock after the gate, so the state is still exactly as the snapshot took it):
+/// take the next range of the plan's inode-owned blocks for its dirty indirect blocks
+/// (children before parents) and the blocks of its dirty long symlink target, and give each
+/// its address, in the block, its parent's slot (copy-on-write, `Arc::make_mut`, of an array
+/// a write in progress still shares) or the inode's pointers; mark them clean, take `Arc`
+/// clones of the pointer arrays and a copy of the inode, and clear its dirty flag. The
+/// result waits in `snapshot_part` for the writer.
+pub(super) fn place_snapshot(st: &mut InodeState, plan: &SnapshotPlan) {
+    assert!(
+        st.snapshot_part.is_none(),
+        "a snapshot part left from an earlier transaction"
+    );
     let p = plan.ppb;
-    let mut addrs =
-        crate::log::part_addrs(&plan.parts, plan.first, plan.n_ptr + plan.n_sym).into_iter();
+    let n_ptr = st.ptrs.ndirty();
+    let target = match (st.target_dirty(), &st.long_target) {
+        (true, Some(t)) => Some(t.clone()),
+        _ => None,
+    };
+    let n_sym = target
+        .as_ref()
+        .map_or(0, |t| t.len().div_ceil(plan.sym_bytes));
+    let first = plan.take_range(n_ptr + n_sym);
+    let mut addrs = crate::log::part_addrs(&plan.parts, first, n_ptr + n_sym).into_iter();
     let mut keys: Vec<(u8, u64)> = st
         .ptrs
         .iter()
@@ -68,11 +80,11 @@ pub(super) fn place_snapshot(st: &mut InodeState) {
         .collect();
     assert_eq!(
         keys.len(),
-        plan.n_ptr,
-        "dirty indirect blocks changed between the gate and their placing"
+        n_ptr,
+        "the dirty count and the dirty flags disagree"
     );
     keys.sort_unstable(); // children (lower levels) before parents
-    let mut blocks = Vec::with_capacity(plan.n_ptr + plan.n_sym);
+    let mut blocks = Vec::with_capacity(n_ptr + n_sym);
     let mut dead = Vec::new();
     for (level, index) in keys {
         let a = addrs.next().expect("plan covers every block");
@@ -91,20 +103,9 @@ pub(super) fn place_snapshot(st: &mut InodeState) {
             }
         }
     }
-    if plan.n_sym > 0 {
-        assert!(
-            st.target_dirty,
-            "symlink target clean between the gate and its placing"
-        );
-        let target = st.long_target.clone().expect("a planned symlink target");
-        st.target_dirty = false;
-        let parts = target.chunks(plan.sym_bytes);
-        assert_eq!(
-            parts.len(),
-            plan.n_sym,
-            "symlink target changed since the gate"
-        );
-        for (k, part) in parts.enumerate() {
+    if let Some(target) = target {
+        st.target_placed();
+        for (k, part) in target.chunks(plan.sym_bytes).enumerate() {
             let a = addrs.next().expect("plan covers every block");
             crate::lockcheck::count_placement();
             // A target rewritten by the cleaner leaves its old block behind.
@@ -127,10 +128,10 @@ pub(super) fn place_snapshot(st: &mut InodeState) {
         0,
         "the dirty count and the dirty flags disagree"
     );
-    // Clean from here: a change after this marks it dirty again, for the next snapshot
-    // (`forget_dirty` ran under the gate).
+    // Clean from here: a change after this puts it in the next epoch's dirty set.
     st.dirty = false;
     st.snapshot_part = Some(SnapshotPart {
+        first,
         blocks,
         dead,
         inode: st.d.clone(),
@@ -199,51 +200,41 @@ impl Fs {
     fn write_transaction(&self, fl: &mut FlushState) -> Result<()> {
         let bs = self.sb.block_size;
         let p = self.ppb;
-        // ---- Phase 1: snapshot, in memory, under the gate.
+        // ---- Phase 1: snapshot, in memory, under the gate. Nothing here is in proportion to
+        // the number of dirty inodes: the set is taken whole, the counts were kept where
+        // blocks change (`inode::Placing`), and each inode places its blocks at the first
+        // hold of its state lock after the gate.
         let gate = self.log.gate.write();
         let seq = self.log.next_snapshot();
-        let mut entries: Vec<Arc<InodeEntry>> = self.log.dirty_entries();
-        entries.sort_by_key(|e| e.ino);
+        let set = self.log.dirty.take(&self.cleaner.counts);
+        let (n_ptr, n_sym) = self.log.placing.take_counts();
         let n_nodes = self.ns.tree.dirty_count();
         let n_records = self.log.records.lock().len();
-        if entries.is_empty() && n_nodes == 0 && n_records == 0 {
+        if set.inodes.is_empty() && n_nodes == 0 && n_records == 0 {
+            assert_eq!(n_ptr + n_sym, 0, "dirty blocks of no dirty inode");
             self.log.snapshot_taken(seq);
             drop(gate);
             self.alloc.flush_written()?;
             self.log.made_durable(seq);
             return Ok(());
         }
-        // What each live inode contributes, from counts kept where blocks change: its dirty
-        // indirect blocks (`PtrMap::ndirty`; every dirty block's parents are dirty already,
-        // `bmap::mark_block_dirty`) and the blocks of a dirty long symlink target. Nothing
-        // here walks an inode's blocks.
-        let sym_bytes = symlink_bytes_per_block(bs);
-        let (mut n_ptr, mut n_sym) = (0usize, 0usize);
-        let mut live: Vec<(Arc<InodeEntry>, usize, usize)> = Vec::with_capacity(entries.len());
-        let mut tombstones = Vec::new();
-        for e in &entries {
-            let st = e.state.read();
-            if st.deleted {
-                tombstones.push(e.ino);
-                continue;
-            }
-            let ptr = st.ptrs.ndirty();
-            let sym = match (st.target_dirty, &st.long_target) {
-                (true, Some(t)) => t.len().div_ceil(sym_bytes),
-                _ => 0,
-            };
-            n_ptr += ptr;
-            n_sym += sym;
-            live.push((e.clone(), ptr, sym));
-        }
-        let n_inodes = live.len();
+        let n_inodes = set.live();
         let per_block = inodes_per_block(bs);
         let nblocks = n_ptr + n_sym + n_nodes + n_inodes.div_ceil(per_block);
         let max_records = n_records + n_ptr + n_sym + self.ns.tree.freed_count();
-        // Parts only: the list of addresses is made after the gate.
-        let mut plan = fl
+        // Parts only: the list of addresses is made after the gate. A failure here is
+        // before the point of no return: the set and counts go back as they were.
+        let plan = fl
             .writer
-            .plan_parts(&self.log.lock_ifile(), nblocks, max_records)?;
+            .plan_parts(&self.log.lock_ifile(), nblocks, max_records);
+        let mut plan = match plan {
+            Ok(plan) => plan,
+            Err(e) => {
+                self.log.placing.give_back_counts(n_ptr, n_sym);
+                self.log.dirty.restore(set, &self.cleaner.counts);
+                return Err(e);
+            }
+        };
         // From the snapshot until the tables show it, admission counts the transaction here.
         let planned: u64 = plan
             .parts
@@ -265,23 +256,16 @@ impl Fs {
         // From here on the snapshot is taken: nothing may fail until it is written.
         self.log.snapshot_taken(seq);
         self.cleaner.snapshot_taken();
-        self.forget_dirty(&entries);
-        // Each live inode gets its range of the plan's addresses, in inode order, and places
-        // its blocks (and copies its inode) at the first hold of its state lock after the gate
-        // (`place_snapshot`): here only the plan is left with it.
-        let parts = Arc::new(plan.parts.clone());
-        let mut first = 0;
-        for (e, ptr, sym) in &live {
-            e.state.plan(SnapshotPlan {
-                parts: parts.clone(),
-                first,
-                n_ptr: *ptr,
-                n_sym: *sym,
-                ppb: p,
-                sym_bytes,
-            });
-            first += ptr + sym;
-        }
+        // The inodes of the set place their blocks, the plan's first `n_ptr + n_sym`, in
+        // ranges taken in the order they come (`place_snapshot`).
+        self.log.placing.publish(Arc::new(SnapshotPlan {
+            epoch: set.epoch,
+            parts: plan.parts.clone(),
+            blocks: n_ptr + n_sym,
+            cursor: AtomicUsize::new(0),
+            ppb: p,
+            sym_bytes: symlink_bytes_per_block(bs),
+        }));
         // The nodes by pointer only: they are encoded after the gate is released.
         let taken = self.ns.tree.take_snapshots();
         assert_eq!(taken.len(), n_nodes, "tree changed under the gate");
@@ -294,21 +278,29 @@ impl Fs {
         }
 
         // ---- Phase 2: place what no operation placed already, encode and write, data first.
+        // Taking each inode's lock places its part if no operation did since the gate; one
+        // freed before the gate (a tombstone) has none.
         plan.addrs = crate::log::part_addrs(&plan.parts, 0, nblocks);
-        let mut pending = Vec::with_capacity(nblocks);
+        let mut entries: Vec<Arc<InodeEntry>> = set.inodes.into_values().collect();
+        entries.sort_unstable_by_key(|e| e.ino);
+        let mut owned: Vec<Option<Pending>> = (0..n_ptr + n_sym).map(|_| None).collect();
         let mut dead = Vec::new();
         let mut copies = Vec::with_capacity(n_inodes);
-        for (e, ptr, sym) in live {
-            // Taking the lock places the inode's part if no operation did since the gate.
-            let part = e
-                .state
-                .write()
-                .snapshot_part
-                .take()
-                .expect("a placed snapshot part");
-            assert_eq!(part.blocks.len(), ptr + sym, "snapshot part not as planned");
-            for b in part.blocks {
-                pending.push(match b {
+        let mut tombstones = Vec::new();
+        for e in entries {
+            let part = {
+                let mut st = e.state.write();
+                match st.snapshot_part.take() {
+                    Some(part) => part,
+                    None => {
+                        assert!(st.deleted, "inode {} of the snapshot not placed", e.ino);
+                        tombstones.push(e.ino);
+                        continue;
+                    }
+                }
+            };
+            for (k, b) in part.blocks.into_iter().enumerate() {
+                owned[part.first + k] = Some(match b {
                     TakenBlock::Ptr { level, index, ptrs } => Pending::Ptr {
                         desc: Descriptor {
                             kind: BlockKind::Indirect,
@@ -328,6 +320,16 @@ impl Fs {
             dead.extend(part.dead);
             copies.push(part.inode);
         }
+        assert_eq!(
+            self.log.placing.finish(),
+            n_ptr + n_sym,
+            "inodes placed fewer blocks than the snapshot counted"
+        );
+        assert_eq!(copies.len(), n_inodes, "live inodes of the snapshot");
+        let mut pending: Vec<Pending> = owned
+            .into_iter()
+            .map(|b| b.expect("every planned block placed"))
+            .collect();
         let node_ids = taken.ids();
         for &id in &node_ids {
             pending.push(Pending::Node { id });

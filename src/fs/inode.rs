@@ -10,7 +10,7 @@ use crate::lockcheck::Mutex;
 use crate::lockcheck::Rank;
 use lru::LruCache;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A cached indirect block: its pointers and where it is in the log.
@@ -32,13 +32,14 @@ impl PtrBlock {
 }
 
 /// An inode's cached indirect blocks, by (level, first file block mapped), with the number
-/// of dirty ones kept in step: the log writer reads that count under the gate instead of
-/// walking the blocks (docs/DESIGN.md, "Transactions"). Read through `Deref`; changed only
-/// through the methods here.
-#[derive(Default, Debug)]
+/// of dirty ones kept in step, here and in the file system's total (`Placing`): the log writer
+/// plans from the total under the gate, without visiting an inode (docs/DESIGN.md,
+/// "Transactions"). Read through `Deref`; changed only through the methods here.
+#[derive(Debug)]
 pub struct PtrMap {
     map: HashMap<(u8, u64), PtrBlock>,
     ndirty: usize,
+    placing: Arc<Placing>,
 }
 
 impl std::ops::Deref for PtrMap {
@@ -49,9 +50,33 @@ impl std::ops::Deref for PtrMap {
 }
 
 impl PtrMap {
+    fn new(placing: Arc<Placing>) -> PtrMap {
+        PtrMap {
+            map: HashMap::new(),
+            ndirty: 0,
+            placing,
+        }
+    }
+
     /// Dirty blocks cached.
     pub fn ndirty(&self) -> usize {
         self.ndirty
+    }
+
+    /// The file system's shared snapshot state.
+    pub fn placing(&self) -> &Arc<Placing> {
+        &self.placing
+    }
+
+    /// `n` more (or fewer) dirty blocks, here and in the total the next snapshot takes.
+    fn count_dirty(&mut self, n: isize) {
+        self.ndirty = self
+            .ndirty
+            .checked_add_signed(n)
+            .expect("dirty count below zero");
+        self.placing
+            .ptr_blocks
+            .fetch_add(n as i64, Ordering::AcqRel);
     }
 
     /// The block, to change its pointers or address (its dirty flag only through the map).
@@ -89,12 +114,12 @@ impl PtrMap {
             .expect("a changed indirect block and its parents are cached");
         if !b.dirty {
             b.dirty = true;
-            self.ndirty += 1;
+            self.count_dirty(1);
         }
     }
 
     /// The log writer placed dirty block `key` at `addr`: clean from here. Returns its old
-    /// address and its pointers.
+    /// address and its pointers. The snapshot took the block from the total already.
     pub fn placed(&mut self, key: (u8, u64), addr: u64) -> (u64, Arc<Vec<u64>>) {
         let b = self.map.get_mut(&key).expect("a placed block is cached");
         assert!(b.dirty, "placing a clean indirect block");
@@ -106,7 +131,7 @@ impl PtrMap {
     pub fn remove(&mut self, key: &(u8, u64)) -> Option<PtrBlock> {
         let b = self.map.remove(key)?;
         if b.dirty {
-            self.ndirty -= 1;
+            self.count_dirty(-1);
         }
         Some(b)
     }
@@ -120,31 +145,123 @@ impl PtrMap {
             }
             kept
         });
-        self.ndirty -= gone;
+        self.count_dirty(-gone);
     }
 
     pub fn clear(&mut self) {
         self.map.clear();
-        self.ndirty = 0;
+        let n = self.ndirty as isize;
+        self.count_dirty(-n);
     }
 }
 
-/// What the log writer's exclusive phase leaves in an inode's state (`StateLock::plan`): the
-/// addresses its dirty indirect and symlink blocks get, planned from their counts. The first
-/// hold of the state lock after the gate (by the writer, or by an operation that got there
-/// first) carries the plan out (`flush::place_snapshot`), so nobody ever sees the state
-/// between the gate and its addresses.
+/// Shared by the cached inodes of one file system and its log writer (docs/DESIGN.md,
+/// "Transactions"): the dirty blocks all inodes hold, counted where they change, so the
+/// writer's exclusive phase plans a transaction without visiting an inode; and the snapshot
+/// whose blocks are being placed, which the first hold of each of its inodes' state locks
+/// carries out (`StateLock`).
+pub struct Placing {
+    /// Dirty indirect blocks, and blocks of dirty long symlink targets, of all inodes, not
+    /// yet taken by a snapshot. Changed under an inode's state lock by operations that hold
+    /// the gate shared, so they are exact while the writer holds it exclusively.
+    ptr_blocks: AtomicI64,
+    sym_blocks: AtomicI64,
+    /// Symlink target bytes per log block.
+    sym_bytes: usize,
+    /// The snapshot taken and not placed whole yet: its epoch (0: none) and plan.
+    epoch: AtomicU64,
+    plan: Mutex<Option<Arc<SnapshotPlan>>>,
+}
+
+impl std::fmt::Debug for Placing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placing")
+            .field("ptr_blocks", &self.ptr_blocks)
+            .field("sym_blocks", &self.sym_blocks)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Placing {
+    pub fn new(sym_bytes: usize) -> Arc<Placing> {
+        Arc::new(Placing {
+            ptr_blocks: AtomicI64::new(0),
+            sym_blocks: AtomicI64::new(0),
+            sym_bytes,
+            epoch: AtomicU64::new(0),
+            plan: Mutex::new("snapshot plan", None),
+        })
+    }
+
+    /// The writer, under the gate exclusively: take the dirty block counts (indirect,
+    /// symlink) for the snapshot.
+    pub fn take_counts(&self) -> (usize, usize) {
+        let take = |c: &AtomicI64| {
+            let n = c.swap(0, Ordering::AcqRel);
+            usize::try_from(n).expect("dirty block count below zero")
+        };
+        (take(&self.ptr_blocks), take(&self.sym_blocks))
+    }
+
+    /// The writer gives counts it took back (its snapshot failed before anything changed).
+    pub fn give_back_counts(&self, ptr: usize, sym: usize) {
+        self.ptr_blocks.fetch_add(ptr as i64, Ordering::AcqRel);
+        self.sym_blocks.fetch_add(sym as i64, Ordering::AcqRel);
+    }
+
+    /// The writer, under the gate: inodes dirty in `plan.epoch` or before place their blocks
+    /// by `plan` at the next hold of their state lock.
+    pub fn publish(&self, plan: Arc<SnapshotPlan>) {
+        let epoch = plan.epoch;
+        assert!(epoch > 0);
+        *self.plan.lock() = Some(plan);
+        self.epoch.store(epoch, Ordering::Release);
+    }
+
+    /// The writer, once it has placed every inode of the snapshot: nothing is pending.
+    /// Returns the blocks the plan handed out.
+    pub fn finish(&self) -> usize {
+        self.epoch.store(0, Ordering::Release);
+        let plan = self.plan.lock().take().expect("a published plan");
+        plan.cursor.load(Ordering::Acquire)
+    }
+
+    fn symlink_blocks(&self, target: &[u8]) -> usize {
+        target.len().div_ceil(self.sym_bytes)
+    }
+}
+
+/// The plan of a snapshot, published by the log writer's exclusive phase (`Placing::publish`)
+/// for the inodes dirty in its epoch: the first hold of each one's state lock after the gate
+/// (by the writer, or by an operation that got there first) takes the next range of the
+/// plan's inode-owned blocks and gives its dirty indirect and symlink blocks those addresses
+/// (`flush::place_snapshot`), so nobody ever sees an inode's state between the gate and its
+/// addresses.
 #[derive(Debug)]
 pub struct SnapshotPlan {
-    /// The transaction's partial segments; this inode's blocks are its blocks
-    /// `first..first + n_ptr + n_sym` (`log::part_addrs`).
-    pub parts: Arc<Vec<crate::log::PartPlan>>,
-    pub first: usize,
-    pub n_ptr: usize,
-    pub n_sym: usize,
+    /// The dirty epoch the snapshot took (inodes marked dirty in it or before are placed).
+    pub epoch: u64,
+    /// The transaction's partial segments; the inode-owned blocks are its blocks
+    /// `0..blocks` (`log::part_addrs`), handed out in ranges by `cursor`.
+    pub parts: Vec<crate::log::PartPlan>,
+    pub blocks: usize,
+    pub cursor: AtomicUsize,
     /// Pointers per indirect block, symlink target bytes per block.
     pub ppb: u64,
     pub sym_bytes: usize,
+}
+
+impl SnapshotPlan {
+    /// The next `n` of the plan's inode-owned blocks: the first one's position.
+    pub fn take_range(&self, n: usize) -> usize {
+        let first = self.cursor.fetch_add(n, Ordering::AcqRel);
+        assert!(
+            first + n <= self.blocks,
+            "inodes hold more dirty blocks than the snapshot counted"
+        );
+        first
+    }
 }
 
 /// One block of an inode's part of a snapshot, as placed.
@@ -165,6 +282,8 @@ pub enum TakenBlock {
 /// they replace (dead in the same transaction) and the inode as the snapshot took it.
 #[derive(Debug)]
 pub struct SnapshotPart {
+    /// Position of the first block in the transaction.
+    pub first: usize,
     pub blocks: Vec<TakenBlock>,
     pub dead: Vec<u64>,
     pub inode: DiskInode,
@@ -174,8 +293,9 @@ type ReadGuard<'a> = crate::lockcheck::Guard<parking_lot::RwLockReadGuard<'a, In
 type WriteGuard<'a> = crate::lockcheck::Guard<parking_lot::RwLockWriteGuard<'a, InodeState>>;
 
 /// An inode's `state` lock. Every hold of it sees the state with the last snapshot's
-/// addresses placed: a hold that finds a `SnapshotPlan` left by the log writer's gate carries
-/// it out first (a reader takes the lock exclusively for that, once).
+/// addresses placed: a hold that finds the inode in a snapshot whose plan is published and
+/// its blocks not placed yet carries its part out first (a reader takes the lock exclusively
+/// for that, once).
 pub struct StateLock {
     inner: crate::lockcheck::RwLock<InodeState>,
 }
@@ -185,7 +305,7 @@ impl StateLock {
     pub fn read(&self) -> ReadGuard<'_> {
         loop {
             let g = self.inner.read();
-            if g.snapshot_plan.is_none() {
+            if !g.placing_pending() {
                 return g;
             }
             drop(g);
@@ -196,42 +316,30 @@ impl StateLock {
     #[track_caller]
     pub fn write(&self) -> WriteGuard<'_> {
         let mut g = self.inner.write();
-        if g.snapshot_plan.is_some() {
-            super::flush::place_snapshot(&mut g);
-        }
+        g.place_pending();
         g
     }
 
-    /// Without waiting; a state whose plan is not carried out yet is shown as it was at the
-    /// gate (the cache's size and eviction checks: such an inode is dirty, never evicted).
+    /// Without waiting; a state whose part is not placed yet is shown as it was at the gate
+    /// (the cache's size and eviction checks: such an inode is dirty, never evicted).
     pub fn try_read(&self) -> Option<ReadGuard<'_>> {
         self.inner.try_read()
     }
 
     pub fn try_write(&self) -> Option<WriteGuard<'_>> {
         let mut g = self.inner.try_write()?;
-        if g.snapshot_plan.is_some() {
-            super::flush::place_snapshot(&mut g);
-        }
+        g.place_pending();
         Some(g)
-    }
-
-    /// The log writer, under the gate: leave this inode its plan (O(1): nothing is placed
-    /// yet, see `SnapshotPlan`).
-    pub fn plan(&self, plan: SnapshotPlan) {
-        let mut g = self.inner.write();
-        assert!(
-            g.snapshot_plan.is_none() && g.snapshot_part.is_none(),
-            "a snapshot part left from an earlier transaction"
-        );
-        g.snapshot_plan = Some(Box::new(plan));
     }
 }
 
 pub struct InodeState {
     pub d: DiskInode,
-    /// Changed since last handed to the log writer.
+    /// Changed since last handed to the log writer: then it is in the dirty set of epoch
+    /// `dirty_epoch` (`Fs::mark_dirty`), the current one unless a snapshot took it and its
+    /// part is not placed yet (no hold of the lock sees that: `StateLock`).
     pub dirty: bool,
+    pub dirty_epoch: u64,
     /// Freed: a tombstone kept until the log writer has applied the free.
     pub deleted: bool,
     /// Open file handles.
@@ -239,17 +347,68 @@ pub struct InodeState {
     /// Indirect blocks in memory, by (level, first file block mapped).
     pub ptrs: PtrMap,
     /// A long symlink target held in memory; `target_dirty` when its blocks must be
-    /// (re)written. It keeps serving readlink while its blocks are being written.
+    /// (re)written (counted in `Placing` with the indirect blocks, so changed only through
+    /// the methods below). It keeps serving readlink while its blocks are being written.
     pub long_target: Option<Arc<Vec<u8>>>,
-    pub target_dirty: bool,
+    target_dirty: bool,
     /// Data blocks reserved for this file's next writes: [next, end).
     pub window: Option<(u64, u64)>,
     /// A write took blocks from the window since the last sweep of idle windows (alloc.rs).
     pub window_used: bool,
-    /// Left by the log writer's gate until carried out (`StateLock`).
-    pub snapshot_plan: Option<Box<SnapshotPlan>>,
     /// This inode's part of the snapshot once placed, until the writer takes it.
     pub snapshot_part: Option<SnapshotPart>,
+}
+
+impl InodeState {
+    /// The snapshot being placed took this inode, and its part is not placed yet.
+    fn placing_pending(&self) -> bool {
+        let epoch = self.ptrs.placing.epoch.load(Ordering::Acquire);
+        epoch != 0 && self.dirty && !self.deleted && self.dirty_epoch <= epoch
+    }
+
+    fn place_pending(&mut self) {
+        if self.placing_pending() {
+            let plan = self.ptrs.placing.plan.lock().clone();
+            let plan = plan.expect("a published plan while its epoch is set");
+            super::flush::place_snapshot(self, &plan);
+        }
+    }
+
+    pub fn target_dirty(&self) -> bool {
+        self.target_dirty
+    }
+
+    /// A long symlink target whose blocks the next snapshot writes (a new symlink, or one
+    /// the cleaner moves).
+    pub fn set_dirty_target(&mut self, target: Arc<Vec<u8>>) {
+        self.drop_target();
+        let n = self.ptrs.placing.symlink_blocks(&target);
+        self.ptrs
+            .placing
+            .sym_blocks
+            .fetch_add(n as i64, Ordering::AcqRel);
+        self.long_target = Some(target);
+        self.target_dirty = true;
+    }
+
+    /// Forget the long symlink target (freed, or its pointers cleared by repair).
+    pub fn drop_target(&mut self) {
+        if let Some(t) = self.long_target.take() {
+            if self.target_dirty {
+                let n = self.ptrs.placing.symlink_blocks(&t);
+                self.ptrs
+                    .placing
+                    .sym_blocks
+                    .fetch_sub(n as i64, Ordering::AcqRel);
+            }
+        }
+        self.target_dirty = false;
+    }
+
+    /// The snapshot placed the target's blocks (it took their count at the gate): clean.
+    pub fn target_placed(&mut self) {
+        self.target_dirty = false;
+    }
 }
 
 pub struct InodeEntry {
@@ -259,7 +418,8 @@ pub struct InodeEntry {
 }
 
 impl InodeEntry {
-    pub fn new(d: DiskInode, dirty: bool) -> Arc<InodeEntry> {
+    /// A cached inode, clean (`Fs::mark_dirty` puts it in the dirty set).
+    pub fn new(d: DiskInode, placing: &Arc<Placing>) -> Arc<InodeEntry> {
         Arc::new(InodeEntry {
             ino: d.ino,
             op: crate::lockcheck::ArcMutex::across_io("inode op", Rank::INODE_OP, d.ino, ()),
@@ -269,20 +429,26 @@ impl InodeEntry {
                     Rank::INODE_STATE,
                     InodeState {
                         d,
-                        dirty,
+                        dirty: false,
+                        dirty_epoch: 0,
                         deleted: false,
                         opens: 0,
-                        ptrs: PtrMap::default(),
+                        ptrs: PtrMap::new(placing.clone()),
                         long_target: None,
                         target_dirty: false,
                         window: None,
                         window_used: false,
-                        snapshot_plan: None,
                         snapshot_part: None,
                     },
                 ),
             },
         })
+    }
+
+    /// An inode of no file system (tests of the block map and the cache).
+    #[cfg(test)]
+    pub fn detached(d: DiskInode) -> Arc<InodeEntry> {
+        InodeEntry::new(d, &Placing::new(4000))
     }
 }
 
@@ -549,14 +715,11 @@ mod tests {
     use super::*;
 
     fn entry(ino: u64) -> Arc<InodeEntry> {
-        InodeEntry::new(
-            DiskInode {
-                ino,
-                nlink: 1,
-                ..DiskInode::default()
-            },
-            false,
-        )
+        InodeEntry::detached(DiskInode {
+            ino,
+            nlink: 1,
+            ..DiskInode::default()
+        })
     }
 
     /// A set of inodes used all the time stays cached through a scan of many more inodes

@@ -9,8 +9,7 @@
 //! the checkpoint are `Fs`'s (flush.rs): they take the dirty objects of the namespace.
 
 use super::alloc::DataAlloc;
-use super::clean::RoomCounts;
-use super::inode::InodeEntry;
+use super::inode::Placing;
 use super::{NoIoGuard, Stats};
 use crate::device::fence::Fence;
 use crate::device::BlockDevice;
@@ -25,7 +24,6 @@ use crate::meta::TablesMut;
 use crate::{FsError, Result};
 #[cfg(test)]
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,7 +67,10 @@ pub(crate) struct LogCommit {
     node_map: NoIoMutex<NodeMap>,
     /// Mutations hold it shared, the log writer's snapshot exclusively.
     pub(super) gate: crate::lockcheck::Gate,
-    dirty: NoIoMutex<HashMap<u64, Arc<InodeEntry>>>,
+    /// The inodes the next transaction writes (dirty.rs), and what their dirty blocks add up
+    /// to with the snapshot being placed (inode.rs): both lock themselves.
+    pub(super) dirty: super::dirty::DirtySet,
+    pub(super) placing: Arc<Placing>,
     /// Records of changes no block shows, in the order they happened.
     pub(super) records: super::records::RecordLog,
     flusher: crate::lockcheck::Mutex<FlushState>,
@@ -107,7 +108,8 @@ impl LogCommit {
             ifile: NoIoMutex::ranked("ifile", Rank::IFILE, ifile),
             node_map: NoIoMutex::ranked("node map", Rank::NODE_MAP, node_map),
             gate: crate::lockcheck::Gate::new(),
-            dirty: NoIoMutex::new("dirty", HashMap::new()),
+            dirty: super::dirty::DirtySet::new(),
+            placing: Placing::new(crate::format::meta::symlink_bytes_per_block(sb.block_size)),
             records: super::records::RecordLog::new(sb.blocks_per_group, sb.block_size),
             flusher: crate::lockcheck::Mutex::across_io(
                 "flusher",
@@ -186,41 +188,6 @@ impl LogCommit {
     }
 
     // ---- What the next transaction holds.
-
-    /// Put `e` in the dirty map (the caller holds its state lock); the map's size goes to
-    /// `counts` under the map's lock (admission reads it).
-    pub(crate) fn mark_dirty(&self, e: &Arc<InodeEntry>, counts: &RoomCounts) {
-        let mut dirty = self.dirty.lock();
-        if let std::collections::hash_map::Entry::Vacant(v) = dirty.entry(e.ino) {
-            v.insert(e.clone());
-            // Under the map's lock, so the count is the map's size (admission reads it).
-            counts
-                .dirty_inodes
-                .store(dirty.len() as u64, Ordering::Release);
-        }
-    }
-
-    /// Take `entries`, and only them, out of the dirty map (`Fs::forget_dirty`).
-    pub(crate) fn forget_dirty(&self, entries: &[Arc<InodeEntry>], counts: &RoomCounts) {
-        let mut dirty = self.dirty.lock();
-        for e in entries {
-            dirty.remove(&e.ino);
-        }
-        counts
-            .dirty_inodes
-            .store(dirty.len() as u64, Ordering::Release);
-        counts.tombstones.store(0, Ordering::Release);
-    }
-
-    /// The inodes in the dirty map now.
-    pub(crate) fn dirty_entries(&self) -> Vec<Arc<InodeEntry>> {
-        self.dirty.lock().values().cloned().collect()
-    }
-
-    #[cfg(test)]
-    pub(crate) fn dirty_count(&self) -> usize {
-        self.dirty.lock().len()
-    }
 
     // ---- The writer and its snapshots.
 

@@ -14,6 +14,7 @@ mod bmap;
 pub mod clean;
 mod copy;
 mod dir;
+mod dirty;
 mod fallocate;
 mod file;
 mod flags;
@@ -278,10 +279,10 @@ impl Fs {
                     ),
                 ));
             }
-            if let Some(e) = self
-                .ns
-                .inodes
-                .insert_loaded(InodeEntry::new(d, false), seen, use_now)
+            if let Some(e) =
+                self.ns
+                    .inodes
+                    .insert_loaded(InodeEntry::new(d, &self.log.placing), seen, use_now)
             {
                 return Ok(e);
             }
@@ -290,17 +291,13 @@ impl Fs {
 
     /// Record that `e` changed (the caller holds its state lock, and the gate unless the change
     /// is one that may land in any transaction by itself: an access time, `touch_atime`).
+    /// An inode whose state says dirty is in the current set already: a hold of the lock
+    /// never sees one a snapshot took and did not place (`inode::StateLock`).
     fn mark_dirty(&self, e: &Arc<InodeEntry>, st: &mut inode::InodeState) {
-        st.dirty = true;
-        self.log.mark_dirty(e, &self.cleaner.counts);
-    }
-
-    /// The log writer's snapshot took `entries` (collected from the dirty map earlier under
-    /// the same hold of the gate): take them, and only them, out of the map. An entry marked
-    /// dirty meanwhile without the gate (an access time) stays for the next snapshot; one of
-    /// `entries` changed meanwhile is written with the snapshot's copy, taken after this.
-    fn forget_dirty(&self, entries: &[Arc<InodeEntry>]) {
-        self.log.forget_dirty(entries, &self.cleaner.counts);
+        if !st.dirty {
+            st.dirty_epoch = self.log.dirty.insert(e, st.deleted, &self.cleaner.counts);
+            st.dirty = true;
+        }
     }
 
     fn push_record(&self, r: Record) {

@@ -148,8 +148,7 @@ impl Fs {
                 .retain(|&(l, i), _| !(l <= level && (first..end).contains(&i)));
         }
         if st.d.is_symlink() {
-            st.long_target = None;
-            st.target_dirty = false;
+            st.drop_target();
         }
         self.mark_dirty(&e, &mut st);
         Ok(())
@@ -158,20 +157,20 @@ impl Fs {
     /// Clear every pointer of `ino` (a directory or special file that owns nothing, or a
     /// symlink about to be freed) and its block counts.
     pub(crate) fn repair_clear_all_pointers(&self, ino: u64) -> Result<()> {
-        self.repair_inode(ino, |d| {
-            if d.inline.is_none() {
-                d.direct = [0; crate::format::inode::NDIRECT];
-                d.indirect = [0; 3];
-            }
-            d.blocks = 0;
-            d.meta_blocks = 0;
-        })?;
-        if let Some(e) = self.ns.inodes.get(ino) {
-            let mut st = e.state.write();
-            st.ptrs.clear();
-            st.long_target = None;
-            st.target_dirty = false;
+        let e = self.inode(ino)?;
+        let _op = e.op.lock_arc();
+        // Under the gate: dropping dirty blocks changes what the next snapshot counts.
+        let _g = self.log.gate.read();
+        let mut st = e.state.write();
+        if st.d.inline.is_none() {
+            st.d.direct = [0; crate::format::inode::NDIRECT];
+            st.d.indirect = [0; 3];
         }
+        st.d.blocks = 0;
+        st.d.meta_blocks = 0;
+        st.ptrs.clear();
+        st.drop_target();
+        self.mark_dirty(&e, &mut st);
         Ok(())
     }
 

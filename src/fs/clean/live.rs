@@ -177,7 +177,7 @@ impl Fs {
         let st = e.state.read();
         let live = st.d.is_symlink()
             && st.d.inline.is_none()
-            && !st.target_dirty
+            && !st.target_dirty()
             && st.d.direct[index as usize] == a;
         Ok(live.then(|| {
             (st.d.size as usize).div_ceil(symlink_bytes_per_block(self.sb.block_size)) as u64
@@ -289,11 +289,10 @@ impl Fs {
         };
         let _g = self.log.gate.read();
         let mut st = e.state.write();
-        if st.deleted || st.target_dirty || st.d.direct[index as usize] != a {
+        if st.deleted || st.target_dirty() || st.d.direct[index as usize] != a {
             return Ok(0);
         }
-        st.long_target = Some(std::sync::Arc::new(target));
-        st.target_dirty = true;
+        st.set_dirty_target(std::sync::Arc::new(target));
         self.mark_dirty(&e, &mut st);
         Ok(1)
     }

@@ -94,7 +94,7 @@ impl Fs {
     /// The stored figures against the tables (tests, at moments nothing runs).
     pub(crate) fn assert_room_counts_match_the_tables(&self) {
         // Leaves of the lock order, taken one at a time.
-        let dirty = self.log.dirty_count() as u64;
+        let dirty = self.log.dirty.len() as u64;
         let records = self.log.records.lock().len() as u64;
         let mut locked = self.lock_tables();
         let t = locked.tables();
