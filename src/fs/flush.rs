@@ -227,6 +227,14 @@ impl Fs {
         let plan = fl
             .writer
             .plan_parts(&self.log.lock_ifile(), nblocks, max_records);
+        #[cfg(test)]
+        let plan = plan.and_then(|plan| {
+            if self.log.fail_next_plan.swap(false, Ordering::AcqRel) {
+                Err(FsError::Errno(libc::ENOSPC))
+            } else {
+                Ok(plan)
+            }
+        });
         let mut plan = match plan {
             Ok(plan) => plan,
             Err(e) => {

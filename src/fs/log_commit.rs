@@ -91,6 +91,9 @@ pub(crate) struct LogCommit {
     #[cfg(test)]
     #[allow(clippy::type_complexity)]
     pub(super) after_snapshot: Mutex<Option<Box<dyn FnOnce(&super::Fs) + Send>>>,
+    /// Tests: the next log write's plan fails with ENOSPC, as on a full log.
+    #[cfg(test)]
+    pub(super) fail_next_plan: AtomicBool,
 }
 
 impl LogCommit {
@@ -135,6 +138,8 @@ impl LogCommit {
             background: crate::lockcheck::Mutex::new("background", None),
             #[cfg(test)]
             after_snapshot: Mutex::new(None),
+            #[cfg(test)]
+            fail_next_plan: AtomicBool::new(false),
             sb,
             meta,
         }

@@ -205,3 +205,64 @@ fn a_snapshot_is_written_as_taken_while_operations_change_the_live_state() {
     fs.unmount().unwrap();
     assert_clean(&m, &d);
 }
+
+/// A snapshot whose plan fails (ENOSPC: no clean segment for it) changes nothing: the dirty
+/// set it took and the block counts go back, so the inodes it held (files with dirty
+/// indirect blocks, a long symlink, a freed file, a chmod) are written by the next log write
+/// together with what changed after the failure, including more blocks of a file it held.
+#[test]
+fn a_snapshot_that_cannot_be_planned_gives_everything_back() {
+    let (meta, data) = devices(32, 32);
+    let fs = quiet(&meta, &data);
+    let file = |name: &[u8], block: u64, seed: u8| {
+        let (a, fh) = fs.create(&U, ROOT, name, 0o644, libc::O_RDWR).unwrap();
+        fs.write(a.ino, fh, block * BS as u64, &pattern(seed, 3 * BS))
+            .unwrap();
+        fs.release(a.ino, fh).unwrap();
+        a.ino
+    };
+    let a = file(b"a", 40, 1); // single-indirect blocks
+    let b = file(b"b", 12 + 512 + 3, 2); // double-indirect blocks
+    let gone = file(b"gone", 50, 3);
+    let target = vec![b'q'; 3000];
+    fs.symlink(&U, ROOT, b"long", &target).unwrap();
+    chmod(&fs, a, 0o600);
+    fs.unlink(&U, ROOT, b"gone").unwrap();
+    fs.log.fail_next_plan.store(true, Ordering::Release);
+    assert!(matches!(fs.commit(), Err(FsError::Errno(libc::ENOSPC))));
+    // After the failure: more blocks of a file the failed snapshot held, and a new file.
+    let h = fs.open(&U, b, libc::O_RDWR).unwrap();
+    fs.write(b, h, 2000 * BS as u64, &pattern(4, BS)).unwrap();
+    fs.release(b, h).unwrap();
+    let c = file(b"c", 70, 5);
+    fs.commit().unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&meta, &data);
+
+    let fs = quiet(&meta, &data);
+    assert_same(&read_at(&fs, a, 40, 3 * BS), &pattern(1, 3 * BS), "a");
+    assert_eq!(fs.getattr(a).unwrap().perm, 0o600);
+    assert_same(
+        &read_at(&fs, b, 12 + 512 + 3, 3 * BS),
+        &pattern(2, 3 * BS),
+        "b",
+    );
+    assert_same(
+        &read_at(&fs, b, 2000, BS),
+        &pattern(4, BS),
+        "b's later block",
+    );
+    assert_same(&read_at(&fs, c, 70, 3 * BS), &pattern(5, 3 * BS), "c");
+    let l = fs.lookup(ROOT, b"long").unwrap().ino;
+    assert_eq!(fs.readlink(l).unwrap(), target);
+    assert!(matches!(
+        fs.getattr(gone),
+        Err(FsError::Errno(libc::ENOENT))
+    ));
+    assert!(matches!(
+        fs.lookup(ROOT, b"gone"),
+        Err(FsError::Errno(libc::ENOENT))
+    ));
+    fs.unmount().unwrap();
+    assert_clean(&meta, &data);
+}
