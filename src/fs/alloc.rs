@@ -18,8 +18,8 @@ use super::Fs;
 use crate::format::bmap::DataPtr;
 use crate::format::summary::Record;
 use crate::{FsError, Result};
+use foldhash::HashMap;
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

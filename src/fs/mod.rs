@@ -45,10 +45,10 @@ use crate::lockcheck::Mutex as NoIoMutex;
 use crate::log::LogWriter;
 use crate::meta::Tables;
 use crate::{FsError, Result};
+use foldhash::HashMap;
 use inode::{InoAllocator, InodeCache, InodeEntry};
 #[cfg(test)]
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -13,9 +13,9 @@ use crate::log::recovery::{load_tables, roll_forward};
 use crate::log::{LogHead, LogWriter};
 use crate::meta::Tables;
 use crate::{FsError, Result};
+use foldhash::{HashMap, HashMapExt};
 #[cfg(test)]
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
