@@ -8,7 +8,8 @@
 use super::node::Node;
 use crate::format::ROOT_NODE_ID;
 use crate::lockcheck::Mutex;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

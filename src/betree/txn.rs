@@ -11,8 +11,8 @@ use super::node::Node;
 use super::policy::Policy;
 use super::tree::TreeState;
 use crate::FsError;
+use foldhash::{HashMap, HashMapExt};
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// Why a mutation or a read stopped before finishing.
 #[derive(Debug)]

@@ -23,8 +23,8 @@ use crate::format::summary::Record;
 use crate::lockcheck::{Mutex as NoIoMutex, Rank};
 use crate::meta::datamap::DataMap;
 use crate::{FsError, Result};
+use foldhash::HashMap;
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 

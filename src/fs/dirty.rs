@@ -8,7 +8,7 @@
 use super::clean::RoomCounts;
 use super::inode::InodeEntry;
 use crate::lockcheck::Mutex as NoIoMutex;
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -59,7 +59,7 @@ impl DirtySet {
                 Gathering {
                     // Epoch 0 means "none" to the snapshot's placing (`inode::Placing`).
                     epoch: 1,
-                    inodes: HashMap::new(),
+                    inodes: HashMap::default(),
                     tombstones: 0,
                 },
             ),

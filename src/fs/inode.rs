@@ -8,8 +8,8 @@ use super::types::Timespec;
 use crate::format::inode::{DiskInode, DiskTime};
 use crate::lockcheck::Mutex;
 use crate::lockcheck::Rank;
-use lru::LruCache;
-use std::collections::{BTreeSet, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -52,7 +52,7 @@ impl std::ops::Deref for PtrMap {
 impl PtrMap {
     fn new(placing: Arc<Placing>) -> PtrMap {
         PtrMap {
-            map: HashMap::new(),
+            map: HashMap::default(),
             ndirty: 0,
             placing,
         }
@@ -468,15 +468,77 @@ pub fn from_disk_time(t: DiskTime) -> Timespec {
 
 const SHARDS: usize = 64;
 
-type Shard = LruCache<u64, Arc<InodeEntry>>;
+/// A cached inode and when it was last used: the value of its shard's use counter then
+/// (higher is more recent; 0 is older than any use).
+struct Slot {
+    entry: Arc<InodeEntry>,
+    used: u64,
+}
+
+/// One shard: its entries and a counter of the uses of any of them. A use stamps the entry
+/// with the counter, in the hash map's own slot, so the use order costs no list: a lookup
+/// touches the slot it reads anyway (a linked LRU list also wrote the entry's neighbours and
+/// the list head, each a cache miss for an entry not used lately).
+#[derive(Default)]
+struct Shard {
+    slots: HashMap<u64, Slot>,
+    uses: u64,
+}
+
+impl Shard {
+    /// The entry, now the most recently used.
+    fn get(&mut self, ino: u64) -> Option<&Arc<InodeEntry>> {
+        let slot = self.slots.get_mut(&ino)?;
+        self.uses += 1;
+        slot.used = self.uses;
+        Some(&slot.entry)
+    }
+
+    fn peek(&self, ino: u64) -> Option<&Arc<InodeEntry>> {
+        self.slots.get(&ino).map(|slot| &slot.entry)
+    }
+
+    /// Add `e`, the most recently used (`use_now`) or the least.
+    fn put(&mut self, e: Arc<InodeEntry>, use_now: bool) -> Option<Arc<InodeEntry>> {
+        let used = if use_now {
+            self.uses += 1;
+            self.uses
+        } else {
+            0
+        };
+        self.slots
+            .insert(e.ino, Slot { entry: e, used })
+            .map(|old| old.entry)
+    }
+
+    fn pop(&mut self, ino: u64) {
+        self.slots.remove(&ino);
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Arc<InodeEntry>> {
+        self.slots.values().map(|slot| &slot.entry)
+    }
+
+    /// The entries, least recently used first (a trim's order: it sorts a shard's entries,
+    /// where a list would have kept them in order at every use).
+    fn by_age(&self) -> Vec<(u64, &Arc<InodeEntry>)> {
+        let mut all: Vec<(u64, u64, &Arc<InodeEntry>)> = self
+            .slots
+            .iter()
+            .map(|(&ino, slot)| (slot.used, ino, &slot.entry))
+            .collect();
+        all.sort_unstable_by_key(|&(used, ino, _)| (used, ino));
+        all.into_iter().map(|(_, ino, e)| (ino, e)).collect()
+    }
+}
 
 /// The inode cache: sharded so lookups of different inodes do not contend, and evicting by
-/// recency. Each shard keeps its entries in use order (`lru`: a hash map over a linked list):
-/// a lookup already takes its shard's lock to find the entry, and moving the entry to the
-/// front under that lock is O(1), so recency costs no lock and no shared counter on the
-/// lookup and getattr path. Eviction takes from every shard its least recently used clean,
-/// unreferenced entries, in proportion to the shard's size (inode numbers spread evenly over
-/// shards, so this approximates one global LRU order).
+/// recency. Each shard keeps the use order of its entries (`Shard`: a use stamps the entry
+/// with the shard's use counter): a lookup already takes its shard's lock to find the entry,
+/// so recency costs no lock and no shared counter on the lookup and getattr path. Eviction
+/// takes from every shard its least recently used clean, unreferenced entries, in proportion
+/// to the shard's size (inode numbers spread evenly over shards, so this approximates one
+/// global LRU order).
 pub struct InodeCache {
     shards: Vec<Mutex<Shard>>,
     /// Bumped by every eviction: a load that raced with one is retried.
@@ -487,7 +549,7 @@ impl Default for InodeCache {
     fn default() -> Self {
         InodeCache {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new("inode cache shard", LruCache::unbounded()))
+                .map(|_| Mutex::new("inode cache shard", Shard::default()))
                 .collect(),
             evictions: AtomicU64::new(0),
         }
@@ -524,13 +586,13 @@ impl InodeCache {
 
     /// The cached entry, now the most recently used of its shard.
     pub fn get(&self, ino: u64) -> Option<Arc<InodeEntry>> {
-        self.shard(ino).lock().get(&ino).cloned()
+        self.shard(ino).lock().get(ino).cloned()
     }
 
     /// The cached entry, its place in the use order unchanged (the cleaner: a pass walks
     /// many inodes, and must not make them look used).
     pub fn peek(&self, ino: u64) -> Option<Arc<InodeEntry>> {
-        self.shard(ino).lock().peek(&ino).cloned()
+        self.shard(ino).lock().peek(ino).cloned()
     }
 
     pub fn eviction_count(&self) -> u64 {
@@ -549,32 +611,25 @@ impl InodeCache {
         use_now: bool,
     ) -> Option<Arc<InodeEntry>> {
         let mut s = self.shard(e.ino).lock();
-        let cached = if use_now {
-            s.get(&e.ino)
-        } else {
-            s.peek(&e.ino)
-        };
+        let cached = if use_now { s.get(e.ino) } else { s.peek(e.ino) };
         if let Some(x) = cached {
             return Some(x.clone());
         }
         if self.evictions.load(Ordering::Acquire) != seen {
             return None;
         }
-        s.put(e.ino, e.clone());
-        if !use_now {
-            s.demote(&e.ino);
-        }
+        s.put(e.clone(), use_now);
         Some(e)
     }
 
     /// Insert a brand-new inode (just allocated: nobody can have it cached).
     pub fn insert_new(&self, e: Arc<InodeEntry>) {
-        let old = self.shard(e.ino).lock().put(e.ino, e);
+        let old = self.shard(e.ino).lock().put(e, true);
         assert!(old.is_none(), "new inode already cached");
     }
 
     pub fn remove(&self, ino: u64) {
-        self.shard(ino).lock().pop(&ino);
+        self.shard(ino).lock().pop(ino);
         self.evictions.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -584,8 +639,8 @@ impl InodeCache {
             .iter()
             .map(|s| {
                 s.lock()
-                    .iter()
-                    .map(|(_, e)| entry_bytes(e, block_size))
+                    .entries()
+                    .map(|e| entry_bytes(e, block_size))
                     .sum::<u64>()
             })
             .sum()
@@ -593,7 +648,7 @@ impl InodeCache {
 
     /// Number of cached entries.
     pub fn count(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().slots.len()).sum()
     }
 
     /// Drop clean, unused inodes, least recently used first, until about `target` bytes
@@ -609,11 +664,10 @@ impl InodeCache {
             }
             for s in &self.shards {
                 let mut map = s.lock();
-                let mut left: u64 = map.iter().map(|(_, e)| entry_bytes(e, block_size)).sum();
+                let mut left: u64 = map.entries().map(|e| entry_bytes(e, block_size)).sum();
                 let keep = (left as u128 * target as u128 / have as u128) as u64;
                 let mut victims = Vec::new();
-                // Least recently used first.
-                for (&ino, e) in map.iter().rev() {
+                for (ino, e) in map.by_age() {
                     if left <= keep {
                         break;
                     }
@@ -626,7 +680,7 @@ impl InodeCache {
                     continue;
                 }
                 for ino in victims {
-                    map.pop(&ino);
+                    map.pop(ino);
                 }
                 self.evictions.fetch_add(1, Ordering::AcqRel);
             }
@@ -637,7 +691,7 @@ impl InodeCache {
     pub fn all(&self) -> Vec<Arc<InodeEntry>> {
         self.shards
             .iter()
-            .flat_map(|s| s.lock().iter().map(|(_, e)| e.clone()).collect::<Vec<_>>())
+            .flat_map(|s| s.lock().entries().cloned().collect::<Vec<_>>())
             .collect()
     }
 }

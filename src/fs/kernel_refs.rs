@@ -25,7 +25,7 @@
 //! reached the kernel keeps its number out of reuse until unmount, nothing worse.
 
 use crate::lockcheck::Mutex;
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const SHARDS: usize = 16;

@@ -14,7 +14,7 @@ use super::kernel_refs::KernelRefs;
 use super::Handle;
 use crate::betree::BeTree;
 use crate::lockcheck::{Mutex as NoIoMutex, Rank};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub(crate) struct Namespace {
@@ -50,7 +50,7 @@ impl Namespace {
             kernel_refs: Default::default(),
             ino_alloc: NoIoMutex::new("ino_alloc", InoAllocator::new(free, next_new)),
             writeback_cache: AtomicBool::new(false),
-            handles: NoIoMutex::new("handles", HashMap::new()),
+            handles: NoIoMutex::new("handles", HashMap::default()),
             next_fh: AtomicU64::new(1),
             rename_lock: crate::lockcheck::Mutex::across_io("rename_lock", Rank::RENAME, 0, ()),
         }
