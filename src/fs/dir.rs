@@ -361,7 +361,7 @@ impl Fs {
             mode
         };
         let (_, attr) = self.make_node(caller, parent, name, mode, rdev, None, false)?;
-        self.dir_changed(attr)
+        self.entry_committed(attr, None)
     }
 
     pub fn mkdir(&self, caller: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
@@ -374,7 +374,7 @@ impl Fs {
             None,
             false,
         )?;
-        self.dir_changed(attr)
+        self.entry_committed(attr, None)
     }
 
     pub fn symlink(
@@ -392,7 +392,7 @@ impl Fs {
         }
         let mode = libc::S_IFLNK | 0o777;
         let (_, attr) = self.make_node(caller, parent, name, mode, 0, Some(target), false)?;
-        self.dir_changed(attr)
+        self.entry_committed(attr, None)
     }
 
     /// Create and open a regular file (`mode` with the umask applied). With O_EXCL an existing
@@ -416,7 +416,7 @@ impl Fs {
         ) {
             Ok((e, attr)) => {
                 let fh = self.ns.new_handle(e.ino, flags);
-                self.dir_changed((attr, fh))
+                Ok((self.entry_committed(attr, Some(fh))?, fh))
             }
             Err(FsError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
                 let v = self
@@ -475,7 +475,7 @@ impl Fs {
         new_name: &[u8],
     ) -> Result<Attr> {
         let attr = self.link_in_memory(caller, ino, new_parent, new_name)?;
-        self.dir_changed(attr)
+        self.entry_committed(attr, None)
     }
 
     fn link_in_memory(

@@ -3,7 +3,7 @@
 
 use super::inode::{InodeEntry, InodeState, SnapshotPart, SnapshotPlan, TakenBlock};
 use super::log_commit::FlushState;
-use super::Fs;
+use super::{Attr, Fs};
 use crate::format::bmap::{self, Parent};
 use crate::format::inode::{encode_inode_block, inodes_per_block, DiskInode};
 use crate::format::meta::{encode_pointer_block, encode_symlink_block, symlink_bytes_per_block};
@@ -170,9 +170,21 @@ impl Fs {
         }
     }
 
-    /// `value`, once the directory change that made it is committed (under `dirsync`).
-    pub(crate) fn dir_changed<T>(&self, value: T) -> Result<T> {
-        self.commit_dir_change().map(|()| value)
+    /// `attr`, an entry just made and handed out (with one kernel reference taken, and `fh`
+    /// opened with it), once the directory change that made it is committed (under
+    /// `dirsync`). If that fails the caller gets the error and never the entry, so the
+    /// reference and the handle go back (the change itself stays, for the next log write).
+    pub(crate) fn entry_committed(&self, attr: Attr, fh: Option<u64>) -> Result<Attr> {
+        if let Err(e) = self.commit_dir_change() {
+            if let Some(fh) = fh {
+                if let Err(r) = self.release(attr.ino, fh) {
+                    log::debug!("releasing the handle of a create that failed: {r}");
+                }
+            }
+            self.forget(attr.ino, 1);
+            return Err(e);
+        }
+        Ok(attr)
     }
 
     /// Write every dirty object as one transaction, data first.

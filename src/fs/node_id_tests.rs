@@ -181,3 +181,42 @@ fn an_open_directory_outlives_its_name() {
     let _ = fh;
     fs.unmount().unwrap();
 }
+
+/// Under `dirsync` an entry is handed out only once its directory change is committed: when
+/// that commit fails (ENOSPC here, through a test hook, as a full log would), the caller
+/// gets the error and not the entry, so neither the kernel reference the entry carried nor
+/// the handle a create opened stays behind (before, both leaked: the number could never be
+/// reused, and the file could not be freed when removed).
+#[test]
+fn an_entry_whose_dirsync_commit_fails_leaves_no_reference_or_handle() {
+    let (meta, data) = super::tests::devices(32, 32);
+    let opts = MountOptions {
+        dirsync: true,
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount(meta.clone(), data.clone(), opts).unwrap();
+    fs.begin_kernel_session(false);
+    let caller = super::tests::U;
+    let root = super::tests::ROOT;
+    fs.log.fail_next_plan.store(true, Ordering::Release);
+    let r = fs.create(&caller, root, b"f", 0o644, libc::O_RDWR);
+    assert!(matches!(r, Err(FsError::Errno(libc::ENOSPC))), "{r:?}");
+    fs.log.fail_next_plan.store(true, Ordering::Release);
+    let r = fs.mkdir(&caller, root, b"d", 0o755);
+    assert!(matches!(r, Err(FsError::Errno(libc::ENOSPC))), "{r:?}");
+    assert_eq!(
+        fs.kernel_references(),
+        (0, 0),
+        "references of entries never handed out"
+    );
+    // The changes themselves stay (they were made): the file is there, and not open.
+    let f = fs.lookup_entry(root, b"f").unwrap().expect("the file").ino;
+    fs.unlink(&caller, root, b"f").unwrap();
+    assert!(
+        matches!(fs.getattr(f), Err(FsError::Errno(libc::ENOENT))),
+        "a removed file no handle holds is freed at once"
+    );
+    fs.unmount().unwrap();
+    let r = crate::check::check(&*meta, &*data).unwrap();
+    assert!(r.is_clean(), "{r}");
+}
