@@ -543,7 +543,6 @@ impl Fs {
                 log::warn!("periodic log write: {e}");
             }
             me.return_idle_windows();
-            me.background_clean();
             me.trim_caches();
         }
     }

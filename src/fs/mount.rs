@@ -273,6 +273,7 @@ impl Fs {
                 .name("dualfs-log".into())
                 .spawn(move || Fs::background(weak))?;
             *fs.background.lock() = Some(h);
+            fs.start_cleaner()?;
         }
         Ok(fs)
     }
@@ -359,6 +360,8 @@ impl Fs {
         if self.unmounted.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // A pass in progress ends first: the final checkpoint comes after it.
+        self.stop_cleaner();
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
         // Not joined under the lock (a leaf: the thread it waits for does I/O).
