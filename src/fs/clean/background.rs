@@ -2,9 +2,11 @@
 //! nilfs_cleanerd do it (docs/DESIGN.md, "When to clean").
 //!
 //! Admission wakes it when the clean segments less what is pending fall below the start
-//! threshold (`Thresholds::min_free`). It writes what is pending first (admission counts that
-//! by an upper bound, far above what a burst of small changes writes), then cleans pass after
-//! pass until the stop threshold (`max_free`), yielding between passes. A background pass may
+//! threshold (`Thresholds::min_free`). When the clean segments themselves are below it, it
+//! writes what is pending (admission counts that by an upper bound, far above what a burst of
+//! small changes writes) and cleans pass after pass until the stop threshold (`max_free`),
+//! yielding between passes; when only what is pending puts them low, it writes that once
+//! writers would soon have to. A background pass may
 //! take only a quarter of the room above the writers' reserve (`run_pass`), so operations
 //! admitted while it runs keep the other half: they clean in their own write path only when
 //! the clean segments reach the reserve all the same. It also looks once a `TICK` by itself
