@@ -10,14 +10,17 @@
 #            metadata image sits on delayfs, a FUSE pass-through of bench/fuse-tools that
 #            delays each read, write and fsync), with kernel ext4 on a loop device over a
 #            delayfs file beside it (every one of its I/Os waits the same);
-#   cleaner  DualFS on a small metadata device (64 MiB) filled with small files until the
-#            log is at 80% utilization (or 5 points below the mount's live limit, beyond
+#   cleaner  DualFS on a small metadata device (256 MiB) filled with small files until the
+#            log is at 81% utilization (or 2 points below the mount's live limit, beyond
 #            which writers get ENOSPC, when that is lower), the load being bursts of
 #            creates and unlinks of small files (churn), so the cleaner must work during the
 #            measurement; prints the
 #            utilization seen and the cleaning passes that ran, and of those the ones that
-#            ran in an operation's write path (from `dualfs-cleaner --status --json`, when
-#            the mount reports them).
+#            ran in an operation's write path, beside operations (the mount's cleaner
+#            thread), and the operations that waited for room (from `dualfs-cleaner --status
+#            --json`, when the mount reports them). 256 MiB: the reserve is a number of
+#            segments (it grows only with the meta files), so on a 64 MiB log writers stop at
+#            0.76 utilization and 80% cannot be held.
 #
 #   bench/latency.sh                          # all three variants
 #   bench/latency.sh --variant plain,cleaner  # some of them
@@ -27,8 +30,8 @@
 # default "dualfs ext4 memfs"), --samples N (timed operations of each kind per phase, default
 # 2000), --files N (cached files read and stat'ed, default 1000), --pause-us US (between
 # rounds, default 500), --delay-ms MS (the slow variant's delay, default 5), --meta-size SIZE
-# (the cleaner variant's metadata device, default 64M), --utilization U (the fill target,
-# default 0.80), --max-live N (most files the fill makes, default 400000), --out DIR
+# (the cleaner variant's metadata device, default 256M), --utilization U (the fill target,
+# default 0.81), --max-live N (most files the fill makes, default 1000000), --out DIR
 # (DIR/latency.csv, DIR/latency.png: p99 over ext4's, DIR/latency-max.png: maxima).
 #
 # Ratios printed: "x idle" = loaded p99 / idle p99 of the same file system; "max x ext4" =
@@ -41,7 +44,7 @@ export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
 
 VARIANTS=plain,slow,cleaner FS_LIST="dualfs ext4 memfs" SAMPLES=2000 FILES=1000 PAUSE_US=500
-DELAY=5 META_SMALL=64M UTIL_TARGET=0.80 MAX_LIVE=400000 OUT="" SIZE=4G
+DELAY=5 META_SMALL=256M UTIL_TARGET=0.81 MAX_LIVE=1000000 OUT="" SIZE=4G
 usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -78,19 +81,21 @@ declare -A L=()      # "key|op|phase|stat" -> microseconds
 declare -A EXTRA=()  # key -> notes printed under the tables
 RAN=()               # keys in the order they ran
 
-# The mount's cleaner status as "utilization passes write_path_passes live_limit" (n/a for
-# what it lacks; live_limit: the utilization beyond which writers get ENOSPC).
+# The mount's cleaner status as "utilization passes write_path_passes live_limit
+# background_passes room_waits" (n/a for what it lacks; live_limit: the utilization beyond
+# which writers get ENOSPC; room_waits: operations that found the log short of room).
 cleaner_status() { # MNT
     "$CLEANER_BIN" --status --json "$1" 2>/dev/null | python3 -c '
 import json, sys
 try:
     s = json.load(sys.stdin)
 except Exception:
-    print("n/a n/a n/a n/a"); sys.exit()
+    print("n/a n/a n/a n/a n/a n/a"); sys.exit()
 c = s.get("counters", {})
 log = s.get("log_segments", 0) * s.get("segment_bytes", 0)
 limit = s["live_limit_bytes"] / log if log and "live_limit_bytes" in s else "n/a"
-print(s.get("utilization", "n/a"), c.get("passes", "n/a"), c.get("write_path_passes", c.get("emergency_passes", "n/a")), limit)'
+print(s.get("utilization", "n/a"), c.get("passes", "n/a"), c.get("write_path_passes", c.get("emergency_passes", "n/a")), limit,
+      c.get("background_passes", "n/a"), c.get("room_waits", "n/a"))'
 }
 
 # run_latency KEY FS LOADKIND: mount FS, (cleaner variant: fill), measure, unmount.
@@ -103,14 +108,19 @@ run_latency() {
         # refuses first (ENOSPC: its live limit), give the last 2,000 files back, so that the
         # measurement's own files fit, and go on at the utilization reached.
         local util limit live=0 why="target reached" target=$UTIL_TARGET
-        read -r util _ _ limit < <(cleaner_status "$mnt")
+        read -r util _ _ limit _ < <(cleaner_status "$mnt")
         # Writers get ENOSPC beyond the live limit (which moves as the log fills): aim a little
-        # below it when it is lower than the target.
-        aim() { awk -v t="$UTIL_TARGET" -v l="$limit" 'BEGIN { if (l != "n/a" && l - 0.05 < t) t = l - 0.05; print t }'; }
+        # below it when it is lower than the target (the measurement's own files fit in 2
+        # points of a 256 MiB log).
+        aim() { awk -v t="$UTIL_TARGET" -v l="$limit" 'BEGIN { if (l != "n/a" && l - 0.02 < t) t = l - 0.02; print t }'; }
+        # Big steps while far from the aim, 2,000 files near it.
+        step() { awk -v u="$util" -v t="$target" 'BEGIN { print (u != "n/a" && u < t - 0.05) ? 20000 : 2000 }'; }
         target=$(aim)
         while awk -v u="$util" -v t="$target" 'BEGIN { exit !(u == "n/a" || u < t) }'; do
             if [ "$live" -ge "$MAX_LIVE" ]; then why="--max-live reached"; break; fi
-            if ! "$LAT" fill "$mnt" --count 2000 --size 100 2>"$BENCH_TMP/fill.err"; then
+            local count
+            count=$(step)
+            if ! "$LAT" fill "$mnt" --count "$count" --size 100 2>"$BENCH_TMP/fill.err"; then
                 why="the mount refused more ($(tail -n 1 "$BENCH_TMP/fill.err" | sed 's/.*: //')); the last 2,000 files removed"
                 (cd "$mnt/live" && ls | sort -V | tail -n 21 | xargs rm -rf)
                 live=$(find "$mnt/live" -type f | wc -l)
@@ -130,12 +140,12 @@ run_latency() {
                 rmdir "$mnt/.room"
                 why="$why; creates were refused for another $((waited / 2)) s after that"
                 sleep 6   # a flush interval: the utilization figure catches up
-                read -r util _ _ limit < <(cleaner_status "$mnt")
+                read -r util _ _ limit _ < <(cleaner_status "$mnt")
                 break
             fi
-            live=$((live + 2000))
+            live=$((live + count))
             sleep 1
-            read -r util _ _ limit < <(cleaner_status "$mnt")
+            read -r util _ _ limit _ < <(cleaner_status "$mnt")
             target=$(aim)
             bench_log "$(bench_fs_label "$key"): $live live files, utilization $util (live limit $limit)"
         done
@@ -157,17 +167,20 @@ run_latency() {
         last=$(awk '$2 != "n/a" { l = $0 } END { print l }' "$BENCH_TMP/poll-$key")
         read -r umin umax < <(awk '$1 != "n/a" { if (min == "" || $1 < min) min = $1; if ($1 > max) max = $1 }
             END { print (min == "" ? "n/a" : min), (max == "" ? "n/a" : max) }' "$BENCH_TMP/poll-$key")
-        local passes="n/a" emergency="n/a"
+        local passes="n/a" emergency="n/a" background="n/a" waits="n/a"
+        # The change of field N of the status line between the first and the last sample.
+        delta() { awk -v a="${first#* }" -v b="${last#* }" -v n="$1" 'BEGIN { split(a, x, " "); split(b, y, " "); if (y[n] == "n/a" || y[n] == "") print "n/a"; else print y[n] - x[n] }'; }
         if [ -n "$first" ] && [ -n "$last" ]; then
-            passes=$(awk -v a="${first#* }" -v b="${last#* }" 'BEGIN { split(a, x, " "); split(b, y, " "); print y[1] - x[1] }')
-            emergency=$(awk -v a="${first#* }" -v b="${last#* }" 'BEGIN { split(a, x, " "); split(b, y, " "); if (y[2] == "n/a") print "n/a"; else print y[2] - x[2] }')
+            passes=$(delta 1) emergency=$(delta 2) background=$(delta 4) waits=$(delta 5)
         fi
-        EXTRA[$key]="${EXTRA[$key]}; during the measurement: utilization $umin-$umax, cleaning passes $passes, of which in an operation's write path $emergency"
-        [ "$emergency" = n/a ] && EXTRA[$key]="${EXTRA[$key]} (this build's --status does not count them)"
+        EXTRA[$key]="${EXTRA[$key]}; during the measurement: utilization $umin-$umax, cleaning passes $passes: in an operation's write path $emergency, beside operations (the mount's thread) $background; operations that waited for room: $waits"
+        [ "$emergency" = n/a ] && EXTRA[$key]="${EXTRA[$key]} (this build's --status does not count write-path passes)"
         bench_row "$key" measurement utilization_min "$umin" fraction
         bench_row "$key" measurement utilization_max "$umax" fraction
         bench_row "$key" measurement cleaning_passes "$passes" passes
         bench_row "$key" measurement write_path_passes "$emergency" passes
+        bench_row "$key" measurement background_passes "$background" passes
+        bench_row "$key" measurement room_waits "$waits" operations
     fi
     fs_umount "$fs" "$mnt"
     local line k v phase op

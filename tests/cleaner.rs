@@ -648,6 +648,8 @@ fn cleaner_daemon_status_once_and_takeover() {
         "dirty segments:",
         "utilization:",
         "write cost:",
+        "passes beside operations (the mount's cleaner thread)",
+        "passes in an operation's write path",
     ] {
         assert!(out.contains(want), "--status lacks {want:?}:\n{out}");
     }

@@ -212,7 +212,7 @@ fn run(cli: Cli) -> Result<()> {
     if !cli.foreground {
         daemonize(cli.log_file.is_some())?;
     }
-    let _ = std::fs::write(&pid_file, format!("{}\n", std::process::id()));
+    write_pid_file(&pid_file);
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
@@ -484,9 +484,17 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
         c.segments_cleaned, c.passes, c.live_moved
     ));
     line(format!(
-        "passes by whom:   {} in an operation's write path, {} by the mount's thread, {} asked \
-         for (cleaner daemon, --once)",
-        c.write_path_passes, c.background_passes, c.requested_passes
+        "  background:     {} passes beside operations (the mount's cleaner thread)",
+        c.background_passes
+    ));
+    line(format!(
+        "  write path:     {} passes in an operation's write path (it waited for them); {} \
+         operations found the log short of room and waited",
+        c.write_path_passes, c.room_waits
+    ));
+    line(format!(
+        "  asked for:      {} passes (cleaner daemon, --once)",
+        c.requested_passes
     ));
     line(format!(
         "cleaning wrote:   {}, freed {}",
@@ -507,7 +515,7 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
         if s.daemons > 0 {
             "attached"
         } else {
-            "none (the mount cleans by itself)"
+            "none (the mount's cleaner thread cleans by the thresholds)"
         },
         s.idle_secs
     ));
@@ -552,6 +560,15 @@ fn stop_daemon(mountpoint: &Path) -> Result<()> {
 /// Print on stdout; a reader that closed the pipe (`--status MNT | head -1`) is no error.
 fn print(text: &str) -> Result<()> {
     write_stdout(text).context("standard output")
+}
+
+/// Write this process's pid into `path` whole: written beside it and renamed, so that a
+/// reader never sees it empty (tests/cleaner.rs read it between the create and the write).
+fn write_pid_file(path: &Path) {
+    let tmp = path.with_extension("pid.tmp");
+    if std::fs::write(&tmp, format!("{}\n", std::process::id())).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
 }
 
 fn read_pid(path: &Path) -> Option<i32> {

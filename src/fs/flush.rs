@@ -555,7 +555,6 @@ impl Fs {
                 log::warn!("periodic log write: {e}");
             }
             me.alloc.return_idle_windows();
-            me.background_clean();
             me.trim_caches();
         }
     }

@@ -11,6 +11,7 @@ fn quiet() -> MountOptions {
     MountOptions {
         flush_interval: Duration::from_secs(3600),
         checkpoint_interval: Duration::from_secs(3600),
+        background_cleaning: false,
         ..MountOptions::default()
     }
 }

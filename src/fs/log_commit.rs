@@ -292,11 +292,6 @@ impl LogCommit {
         *stop
     }
 
-    /// The background thread was told to stop.
-    pub(crate) fn stopping(&self) -> bool {
-        *self.stop.0.lock()
-    }
-
     /// Tell the background thread to stop, and wait for it.
     pub(crate) fn stop_background(&self) {
         *self.stop.0.lock() = true;

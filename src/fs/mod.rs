@@ -77,6 +77,10 @@ pub struct MountOptions {
     pub strictatime: bool,
     /// Never update directories' access times (`nodiratime`).
     pub nodiratime: bool,
+    /// Clean segments on the mount's own thread by the cleaning thresholds (unless a cleaner
+    /// daemon is attached); without it only operations short of room, and passes asked for,
+    /// clean.
+    pub background_cleaning: bool,
 }
 
 impl Default for MountOptions {
@@ -91,6 +95,7 @@ impl Default for MountOptions {
             dirsync: false,
             strictatime: false,
             nodiratime: false,
+            background_cleaning: true,
         }
     }
 }

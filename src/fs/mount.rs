@@ -233,6 +233,7 @@ impl Fs {
                 .name("dualfs-log".into())
                 .spawn(move || Fs::background(weak))?;
             fs.log.set_background(h);
+            fs.start_cleaner()?;
         }
         Ok(fs)
     }
@@ -319,6 +320,8 @@ impl Fs {
         if !self.log.set_unmounted() {
             return Ok(());
         }
+        // A pass in progress ends first: the final checkpoint comes after it.
+        self.stop_cleaner();
         self.log.stop_background();
         if self.opts.read_only {
             return Ok(());

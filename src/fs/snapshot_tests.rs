@@ -12,6 +12,7 @@ fn quiet(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Arc<Fs> {
     let opts = MountOptions {
         flush_interval: Duration::from_secs(3600),
         checkpoint_interval: Duration::from_secs(3600),
+        background_cleaning: false,
         ..MountOptions::default()
     };
     Fs::mount(meta.clone(), data.clone(), opts).unwrap()

@@ -34,6 +34,7 @@ pub fn mount_options() -> MountOptions {
     MountOptions {
         flush_interval: Duration::from_secs(3600),
         checkpoint_interval: Duration::from_secs(3600),
+        background_cleaning: false,
         cache_bytes: 8 << 20,
         ..MountOptions::default()
     }

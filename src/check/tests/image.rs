@@ -68,6 +68,7 @@ pub fn quiet_mount_options() -> MountOptions {
     MountOptions {
         flush_interval: Duration::from_secs(3600),
         checkpoint_interval: Duration::from_secs(3600),
+        background_cleaning: false,
         ..MountOptions::default()
     }
 }

@@ -43,6 +43,7 @@ fn quiet() -> MountOptions {
     MountOptions {
         flush_interval: Duration::from_secs(3600),
         checkpoint_interval: Duration::from_secs(3600),
+        background_cleaning: false,
         ..MountOptions::default()
     }
 }
@@ -1063,4 +1064,215 @@ fn a_log_of_small_files_is_refused_by_its_live_limit_and_keeps_up_with_churn() {
     );
     fs.unmount().unwrap();
     assert_checks(&*meta, &*data, "after churn at the limit");
+}
+
+/// Churn of files with indirect blocks (1 to 6 sparse blocks each), `keep` of them kept:
+/// deleted at random, they leave segments partly live.
+struct FileChurn {
+    keep: usize,
+    rng: Rng,
+    files: BTreeMap<String, (u64, u8)>,
+    made: u64,
+}
+
+impl FileChurn {
+    fn new(seed: u64, keep: usize) -> FileChurn {
+        FileChurn {
+            keep,
+            rng: Rng(seed),
+            files: BTreeMap::new(),
+            made: 0,
+        }
+    }
+
+    /// Make one file, and delete at random down to `keep`.
+    fn step(&mut self, fs: &Fs) {
+        self.made += 1;
+        let name = format!("f{}", self.made);
+        let tag = (self.made % 251) as u8 + 1;
+        let ino = make_sparse(fs, &name, 1 + self.rng.next(6), tag)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        self.files.insert(name, (ino, tag));
+        while self.files.len() > self.keep {
+            let k = self
+                .files
+                .keys()
+                .nth(self.rng.next(self.files.len() as u64) as usize)
+                .unwrap()
+                .clone();
+            fs.unlink(&U, ROOT, k.as_bytes()).unwrap();
+            self.files.remove(&k);
+        }
+    }
+
+    fn verify(&self, fs: &Fs) {
+        for (name, &(ino, tag)) in &self.files {
+            assert_eq!(fs.lookup(ROOT, name.as_bytes()).unwrap().ino, ino);
+            assert_eq!(read_byte(fs, ino, sparse_block(0)), tag, "{name}");
+        }
+    }
+}
+
+/// Files the cleaner thread tests keep: about a third of their log.
+const KEEP: usize = 300;
+
+/// A quiet mount with the cleaner thread on.
+fn mount_with_cleaner(meta: Arc<dyn BlockDevice>, data: Arc<dyn BlockDevice>) -> Arc<Fs> {
+    let opts = MountOptions {
+        background_cleaning: true,
+        ..quiet()
+    };
+    Fs::mount(meta, data, opts).unwrap()
+}
+
+/// The cleaner thread cleans beside operations (docs/DESIGN.md, "When to clean"): churn
+/// writes the log over four times in batches that each take at most a third of the segments
+/// between the start threshold and the writers' reserve, the thread (woken by admission)
+/// finishing between batches, and no operation is ever short of room: no pass in a write
+/// path, no wait for room, the clean segments (less what is pending) never down to the
+/// reserve. This holds whenever the thread runs within a batch: a background pass claims at
+/// most half the room above the reserve, and the batch takes at most a third. Before the
+/// thread (the mount cleaned only at its flush tick, 5 s) the same churn cleaned in its
+/// write path.
+#[test]
+fn the_cleaner_thread_keeps_churn_out_of_the_write_path() {
+    let (meta, data) = devices(16, 256);
+    let fs = mount_with_cleaner(meta.clone(), data.clone());
+    let t = fs.thresholds();
+    let reserve = fs.space().reserve;
+    assert!(t.min_free >= reserve + 6, "{t:?}, reserve {reserve}");
+    let log_blocks = (fs.sb.segments - 1) * fs.sb.segment_blocks as u64;
+    let mut churn = FileChurn::new(0xc1ea, KEEP);
+    let mut lowest = u64::MAX;
+    let mut batches = 0u64;
+    while fs.stats().log_blocks_written < 4 * log_blocks {
+        for _ in 0..2 {
+            churn.step(&fs);
+            lowest = lowest.min(Fs::free_segments(&fs.space()));
+        }
+        batches += 1;
+        // The flush thread's part (it is off here).
+        if batches % 10 == 0 {
+            fs.sync().unwrap();
+        }
+        fs.cleaner_settled();
+    }
+    let c = fs.cleaner_counters();
+    eprintln!("{batches} batches; {c:?}; lowest {lowest} free segments, reserve {reserve}, {t:?}");
+    assert!(c.background_passes > 0, "{c:?}");
+    assert_eq!(
+        (c.write_path_passes, c.room_waits, c.enospc),
+        (0, 0, 0),
+        "operations short of room: {c:?}"
+    );
+    assert!(
+        lowest > reserve.max(fs.space().reserve),
+        "the clean segments fell to {lowest}, the reserve is {reserve}"
+    );
+    churn.verify(&fs);
+    fs.unmount().unwrap();
+    assert_checks(&*meta, &*data, "after the churn");
+}
+
+/// Writers that outrun the cleaner thread (held back here) clean in their own write path,
+/// and none gets ENOSPC (a third of the log live, far below the live limit). With a cleaner daemon
+/// attached the thread leaves cleaning to it (the write path still cleans). Once it may, the
+/// thread cleans up to its stop threshold.
+#[test]
+fn writers_that_outrun_the_cleaner_thread_clean_in_their_write_path() {
+    let (meta, data) = devices(16, 256);
+    let fs = mount_with_cleaner(meta.clone(), data.clone());
+    let t = fs.thresholds();
+    let mut churn = FileChurn::new(0x0bad, KEEP);
+    let outrun = |churn: &mut FileChurn, when: &str| {
+        let before = fs.cleaner_counters().write_path_passes;
+        let mut steps = 0;
+        while fs.cleaner_counters().write_path_passes == before {
+            churn.step(&fs);
+            steps += 1;
+            assert!(steps < 20_000, "{when}: the write path never cleaned");
+        }
+    };
+    fs.hold_cleaner(true);
+    outrun(&mut churn, "the thread held");
+    assert_eq!(fs.cleaner_counters().background_passes, 0);
+
+    let daemon = fs.attach_daemon();
+    fs.hold_cleaner(false);
+    outrun(&mut churn, "a daemon attached");
+    fs.cleaner_settled();
+    assert_eq!(fs.cleaner_counters().background_passes, 0);
+
+    drop(daemon);
+    // The next operation below the start threshold wakes the thread.
+    let mut steps = 0;
+    while fs.cleaner_counters().background_passes == 0 {
+        churn.step(&fs);
+        fs.cleaner_settled();
+        steps += 1;
+        assert!(steps < 100, "the thread did not clean once the daemon left");
+    }
+    let free = Fs::free_segments(&fs.space());
+    assert!(free >= t.max_free, "{free} free segments, {t:?}");
+    let c = fs.cleaner_counters();
+    assert_eq!(c.enospc, 0, "{c:?}");
+    churn.verify(&fs);
+    fs.unmount().unwrap();
+    assert_checks(&*meta, &*data, "after the churn");
+}
+
+/// A background pass stays out of the writers' way: stopped after its moves, before its
+/// checkpoint (its claim held, what it moved dirty: where admission counts it most but for
+/// the blocks its checkpoint writes), the clean segments less what is pending stay above the
+/// writers' reserve by at least half the margin they had, and writers go on without waiting
+/// for room. With background passes allowed half of the room above the reserve, or all of
+/// it as before, 17 free segments fell to 11 there (reserve 7), and writers waited.
+#[test]
+fn a_background_pass_leaves_writers_room_above_the_reserve() {
+    let (meta, data) = devices(16, 256);
+    let fs = mount_with_cleaner(meta.clone(), data.clone());
+    let reserve = fs.space().reserve;
+    let mut churn = FileChurn::new(0xfee1, KEEP);
+    // Until the log is written over once and the thread has cleaned.
+    let log_blocks = (fs.sb.segments - 1) * fs.sb.segment_blocks as u64;
+    while fs.stats().log_blocks_written < log_blocks || fs.cleaner_counters().background_passes == 0
+    {
+        churn.step(&fs);
+        fs.cleaner_settled();
+    }
+    struct Release<'a>(&'a Fs);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            self.0.pause_cleaner_passes(false);
+        }
+    }
+    let _release = Release(&fs);
+    for round in 0..3 {
+        fs.pause_cleaner_passes(true);
+        let mut before = Fs::free_segments(&fs.space());
+        let mut steps = 0;
+        while !fs.cleaner_pass_paused(Duration::from_millis(10)) {
+            before = Fs::free_segments(&fs.space());
+            churn.step(&fs);
+            steps += 1;
+            assert!(steps < 20_000, "round {round}: no background pass");
+        }
+        let at = Fs::free_segments(&fs.space());
+        assert!(
+            at > reserve && (at - reserve) * 2 >= before.saturating_sub(reserve),
+            "round {round}: {at} free segments with a pass stopped, {before} before it, reserve \
+             {reserve}"
+        );
+        for _ in 0..2 {
+            assert!(fs.fits(&fs.space(), Admit::Change), "round {round}");
+            churn.step(&fs);
+        }
+        fs.pause_cleaner_passes(false);
+        fs.cleaner_settled();
+    }
+    let c = fs.cleaner_counters();
+    assert_eq!((c.write_path_passes, c.room_waits), (0, 0), "{c:?}");
+    churn.verify(&fs);
+    fs.unmount().unwrap();
+    assert_checks(&*meta, &*data, "after the churn");
 }

@@ -14,7 +14,8 @@
 //! down to `cleaner_reserve()`, which holds the worst case of a one-segment pass, so cleaning
 //! always has the room it needs. The argument is in docs/DESIGN.md, "Cleaning and the reserve".
 //!
-//! Which segments and when is policy: `policy`.
+//! Which segments and when is policy: `policy`; the mount's cleaner thread, which cleans by it
+//! beside operations, is `background`.
 
 use super::Fs;
 use crate::format::meta::{SEG_ACTIVE, SEG_DIRTY, SEG_RESERVED};
@@ -26,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+mod background;
 mod bound;
 use bound::*;
 mod live;
@@ -72,6 +74,12 @@ pub(crate) struct CleanerState {
     deletes: AtomicU64,
     /// The figures admission reads without a lock.
     pub(crate) counts: room::RoomCounts,
+    /// Wakes the cleaner thread (shared with it).
+    wake: std::sync::Arc<background::Wake>,
+    /// The cleaner thread, while it runs.
+    thread: NoIoMutex<Option<std::thread::JoinHandle<()>>>,
+    /// `min_free` of thresholds someone set (`u64::MAX`: the defaults), for admission.
+    custom_min_free: AtomicU64,
 }
 
 impl CleanerState {
@@ -90,6 +98,9 @@ impl CleanerState {
             futile: NoIoMutex::new("cleaner futile", None),
             deletes: AtomicU64::new(0),
             counts: room::RoomCounts::default(),
+            wake: std::sync::Arc::new(background::Wake::new()),
+            thread: NoIoMutex::new("cleaner thread", None),
+            custom_min_free: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -263,13 +274,28 @@ struct Geometry {
 }
 
 impl Fs {
-    /// A pass in an operation's write path: greedy, enough to get writers going again and
-    /// not more (they wait for it). `gain` says what it must gain to run.
-    pub(super) fn write_path_pass(&self, gain: Gain) -> Result<PassReport> {
+    /// A pass in the write path of an operation `op` short of room: greedy, enough to get
+    /// writers going again and not more (they wait for it); one that gives a whole segment
+    /// back at once if it can, else one that frees more blocks than it writes. `None` when
+    /// the room was there once this thread had the pass to itself: a pass beside it (the
+    /// cleaner thread's, a daemon's) made it meanwhile.
+    pub(super) fn write_path_pass(&self, op: Admit) -> Result<Option<PassReport>> {
         let _one = self.cleaner.cleaning.lock();
+        if self.fits(&self.space(), op) {
+            return Ok(None);
+        }
         let max = self.space().reserve;
-        let victims = self.choose_victims(Policy::Greedy, max as usize * 2);
-        self.run_pass(victims, max, gain, PassOrigin::WritePath)
+        let mut r = None;
+        for gain in [Gain::Segment, Gain::Blocks] {
+            let victims = self.choose_victims(Policy::Greedy, max as usize * 2);
+            let pass = self.run_pass(victims, max, gain, PassOrigin::WritePath)?;
+            let cleaned = !pass.cleaned.is_empty();
+            r = Some(pass);
+            if cleaned {
+                break;
+            }
+        }
+        Ok(r)
     }
 
     // ------------------------------------------------------------------------------------
@@ -285,14 +311,20 @@ impl Fs {
     /// Clean up to `max` segments chosen by `policy`, then checkpoint so they become reusable
     /// (a pass asked for: the control socket, tests).
     pub fn clean_pass(&self, policy: Policy, max: usize) -> Result<PassReport> {
-        self.clean_pass_for(policy, max, PassOrigin::Requested)
+        self.clean_pass_for(policy, max, Gain::Blocks, PassOrigin::Requested)
     }
 
-    fn clean_pass_for(&self, policy: Policy, max: usize, origin: PassOrigin) -> Result<PassReport> {
+    fn clean_pass_for(
+        &self,
+        policy: Policy,
+        max: usize,
+        gain: Gain,
+        origin: PassOrigin,
+    ) -> Result<PassReport> {
         self.writable()?;
         let _one = self.cleaner.cleaning.lock();
         let victims = self.choose_victims(policy, max.saturating_mul(2));
-        self.run_pass(victims, max as u64, Gain::Blocks, origin)
+        self.run_pass(victims, max as u64, gain, origin)
     }
 
     /// Clean exactly these segments (as far as they can be: the others are refused, with why).
@@ -352,7 +384,14 @@ impl Fs {
             (seg, h.next_segment, self.sb.segment_end(seg) - h.addr)
         };
         let room = rep.clean_before * g.seg_eff() + head_room.saturating_sub(3);
-        let budget = room.saturating_sub(self.pending_blocks());
+        let mut budget = room.saturating_sub(self.pending_blocks());
+        if origin == PassOrigin::Background {
+            // Beside operations, not in their way: admission counts a running pass about
+            // twice (its claim until it ends, and what it moved, dirty and then written,
+            // meanwhile), so a quarter of the room above the writers' reserve leaves writers
+            // admitted while it runs the other half.
+            budget = budget.saturating_sub(self.space().reserve * g.seg_eff()) / 4;
+        }
         let consumed = |blocks: u64| {
             blocks
                 .saturating_sub(head_room.saturating_sub(3))
@@ -475,6 +514,11 @@ impl Fs {
         // victim whose last live blocks were meta-file blocks dies only in that checkpoint
         // (it relocates them): one more frees it, and the bound holds that one only when a
         // victim held meta blocks.
+        // Tests stop a pass here: its claim held, what it moved dirty.
+        #[cfg(test)]
+        if origin == PassOrigin::Background {
+            self.cleaner.wake.pause_point();
+        }
         let first = {
             let mut fl = self.log.flusher();
             self.checkpoint_written(&mut fl, false)?
@@ -549,53 +593,22 @@ impl Fs {
         Ok(rep)
     }
 
-    /// Threshold cleaning by the mount itself (the background thread), unless a daemon took
-    /// it over.
-    pub(crate) fn background_clean(&self) {
-        if self.cleaner.daemons.load(Ordering::Acquire) > 0 || self.opts.read_only {
-            return;
-        }
-        let t = self.thresholds();
-        let start = Instant::now();
-        let mut cleaning = false;
-        loop {
-            let clean = self.clean_segments_count();
-            let idle = self.idle_secs() >= t.idle_secs;
-            let go = if cleaning {
-                clean < t.max_free
-            } else {
-                t.should_start(clean, idle)
-            };
-            // An unmount waits for this thread: let it have the final checkpoint at once
-            // rather than after up to 2 s of passes.
-            if !go || start.elapsed().as_secs() >= 2 || self.log.stopping() {
-                return;
-            }
-            cleaning = true;
-            let size = t.pass_size(clean, idle) as usize;
-            match self.clean_pass_for(t.policy, size, PassOrigin::Background) {
-                Ok(r) if r.cleaned.is_empty() || r.clean_after <= r.clean_before => return,
-                Ok(_) => {}
-                Err(e) => {
-                    log::warn!("background cleaning: {e}");
-                    return;
-                }
-            }
-        }
-    }
-
     // ------------------------------------------------------------------------------------
     // Status and control
     // ------------------------------------------------------------------------------------
 
     pub fn thresholds(&self) -> Thresholds {
-        if let Some(t) = *self.cleaner.thresholds.lock() {
-            return t;
-        }
+        self.cleaner
+            .thresholds
+            .lock()
+            .unwrap_or_else(|| self.default_thresholds())
+    }
+
+    fn default_thresholds(&self) -> Thresholds {
         Thresholds::defaults(
             self.sb.segments - 1,
             self.reserve_segments(),
-            self.sb.segment_blocks as u64 * self.sb.block_size as u64,
+            self.segment_bytes(),
         )
     }
 
@@ -603,8 +616,16 @@ impl Fs {
         &self,
         update: &ThresholdUpdate,
     ) -> std::result::Result<Thresholds, String> {
-        let t = update.apply(self.thresholds())?;
-        *self.cleaner.thresholds.lock() = Some(t);
+        let t = {
+            let mut set = self.cleaner.thresholds.lock();
+            let t = update.apply(set.unwrap_or_else(|| self.default_thresholds()))?;
+            *set = Some(t);
+            // Admission reads it without the lock.
+            self.cleaner
+                .custom_min_free
+                .store(t.min_free, Ordering::Release);
+            t
+        };
         log::info!(
             "cleaning thresholds: start below {} clean segments, stop at {}, {} per pass, idle \
              after {} s, {}",

@@ -110,12 +110,16 @@ impl Thresholds {
     /// Defaults for a log of `segments` segments of `segment_bytes` whose writers stop at
     /// `reserve` clean ones: nilfs_cleanerd keeps 10-20% clean, lfs_cleanerd a fixed number
     /// above its reserve; a pass takes at least 2 segments and 2 MiB (one checkpoint each).
+    /// Cleaning starts at least a pass and 2 segments above the reserve: a background pass
+    /// may take only a quarter of the room above it (writers go on meanwhile), and must
+    /// still find room for a pass there.
     pub fn defaults(segments: u64, reserve: u64, segment_bytes: u64) -> Thresholds {
-        let min_free = (segments / 10).max(reserve + 2);
+        let per_pass = (PASS_BYTES / segment_bytes.max(1)).max(2);
+        let min_free = (segments / 10).max(reserve + per_pass + 2);
         Thresholds {
             min_free,
             max_free: (segments / 5).max(min_free + (segments / 10).max(2)),
-            segments_per_pass: (PASS_BYTES / segment_bytes.max(1)).max(2),
+            segments_per_pass: per_pass,
             idle_secs: 5,
             policy: Policy::CostBenefit,
         }
@@ -196,6 +200,10 @@ pub struct CleanerCounters {
     pub bytes_freed: u64,
     /// Writers refused with ENOSPC because the log had no room.
     pub enospc: u64,
+    /// Operations admission found short of room: they waited while it was made (what was
+    /// pending written, a checkpoint, write-path passes or a pass beside them ending).
+    #[serde(default)]
+    pub room_waits: u64,
 }
 
 impl CleanerCounters {
@@ -241,7 +249,9 @@ mod tests {
         let t = Thresholds::defaults(200, 8, 1 << 20);
         assert_eq!((t.min_free, t.max_free), (20, 40));
         let small = Thresholds::defaults(30, 8, 256 << 10);
-        assert_eq!((small.min_free, small.max_free), (10, 13));
+        // A pass (8 segments of 256 KiB) and 2 above the reserve of 8 (was the reserve and
+        // 2: the cleaner started where writers were about to stop).
+        assert_eq!((small.min_free, small.max_free), (18, 21));
         assert_eq!(small.segments_per_pass, 8);
         assert!(t.should_start(19, false));
         assert!(!t.should_start(20, false));

@@ -187,7 +187,9 @@ impl Fs {
         if op == Admit::Delete {
             c.deletes.fetch_add(1, Ordering::AcqRel);
         }
-        if !self.fits(&self.space(), op) {
+        let sp = self.space();
+        self.wake_cleaner_if_low(&sp);
+        if !self.fits(&sp, op) {
             self.make_room(op)?;
         }
         Ok(guard)
@@ -215,6 +217,7 @@ impl Fs {
     }
 
     pub(super) fn make_room(&self, op: Admit) -> Result<()> {
+        self.cleaner.counters.lock().room_waits += 1;
         let _one = self.cleaner.room.lock();
         if self.fits(&self.space(), op) {
             return Ok(());
@@ -263,10 +266,10 @@ impl Fs {
                 *self.cleaner.futile.lock() = None;
                 return Ok(());
             }
-            let mut r = self.write_path_pass(Gain::Segment)?;
-            if r.cleaned.is_empty() {
-                r = self.write_path_pass(Gain::Blocks)?;
-            }
+            let Some(r) = self.write_path_pass(op)? else {
+                *self.cleaner.futile.lock() = None;
+                return Ok(());
+            };
             let done = r.cleaned.is_empty();
             last = Some(r);
             if done {
