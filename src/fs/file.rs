@@ -281,7 +281,9 @@ impl Fs {
         // A tombstone in the dirty set writes no inode (admission counts it apart): one in
         // the set already becomes one, another enters as one.
         if st.dirty {
-            self.log.dirty.now_deleted(&self.cleaner.counts);
+            self.log
+                .dirty
+                .now_deleted(e.ino, st.fresh, &self.cleaner.counts);
         }
         st.deleted = true;
         st.drop_target();

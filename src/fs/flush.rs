@@ -128,8 +128,10 @@ pub(super) fn place_snapshot(st: &mut InodeState, plan: &SnapshotPlan) {
         0,
         "the dirty count and the dirty flags disagree"
     );
-    // Clean from here: a change after this puts it in the next epoch's dirty set.
+    // Clean from here: a change after this puts it in the next epoch's dirty set. Its
+    // number is in the inode map once this transaction is applied.
     st.dirty = false;
+    st.fresh = false;
     st.snapshot_part = Some(SnapshotPart {
         first,
         blocks,
@@ -266,7 +268,7 @@ impl Fs {
             .writing
             .store(planned, Ordering::Release);
         // ... and the meta blocks applying it dirties (the counts it came from empty now).
-        let touched = (n_inodes + n_nodes + self.ns.tree.freed_count()) as u64
+        let touched = (set.imap_blocks() + n_nodes + self.ns.tree.freed_count()) as u64
             + self.log.records.meta_blocks();
         self.cleaner
             .counts

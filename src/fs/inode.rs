@@ -340,6 +340,9 @@ pub struct InodeState {
     /// part is not placed yet (no hold of the lock sees that: `StateLock`).
     pub dirty: bool,
     pub dirty_epoch: u64,
+    /// A new inode whose number is not in the inode map yet (until a snapshot places it):
+    /// applying it takes the number off the free list (`dirty::ImapFootprint`).
+    pub fresh: bool,
     /// Freed: a tombstone kept until the log writer has applied the free.
     pub deleted: bool,
     /// Open file handles.
@@ -431,6 +434,7 @@ impl InodeEntry {
                         d,
                         dirty: false,
                         dirty_epoch: 0,
+                        fresh: false,
                         deleted: false,
                         opens: 0,
                         ptrs: PtrMap::new(placing.clone()),

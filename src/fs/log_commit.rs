@@ -111,7 +111,9 @@ impl LogCommit {
             ifile: NoIoMutex::ranked("ifile", Rank::IFILE, ifile),
             node_map: NoIoMutex::ranked("node map", Rank::NODE_MAP, node_map),
             gate: crate::lockcheck::Gate::new(),
-            dirty: super::dirty::DirtySet::new(),
+            dirty: super::dirty::DirtySet::new(crate::format::meta::entries16_per_block(
+                sb.block_size,
+            ) as u64),
             placing: Placing::new(crate::format::meta::symlink_bytes_per_block(sb.block_size)),
             records: super::records::RecordLog::new(sb.blocks_per_group, sb.block_size),
             flusher: crate::lockcheck::Mutex::across_io(

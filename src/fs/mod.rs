@@ -300,7 +300,10 @@ impl Fs {
     /// never sees one a snapshot took and did not place (`inode::StateLock`).
     fn mark_dirty(&self, e: &Arc<InodeEntry>, st: &mut inode::InodeState) {
         if !st.dirty {
-            st.dirty_epoch = self.log.dirty.insert(e, st.deleted, &self.cleaner.counts);
+            st.dirty_epoch = self
+                .log
+                .dirty
+                .insert(e, st.deleted, st.fresh, &self.cleaner.counts);
             st.dirty = true;
         }
     }

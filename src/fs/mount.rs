@@ -349,6 +349,7 @@ impl Fs {
     /// A new cached inode, dirty, numbered by the allocator.
     pub(crate) fn new_inode_entry(&self, d: crate::format::inode::DiskInode) -> Arc<InodeEntry> {
         let e = InodeEntry::new(d, &self.log.placing);
+        e.state.write().fresh = true;
         self.ns.inodes.insert_new(e.clone());
         e
     }

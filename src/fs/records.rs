@@ -70,12 +70,13 @@ impl RecordLog {
         self.meta_blocks.load(Ordering::Acquire)
     }
 
-    /// Meta-file blocks applying `r` may dirty: the inode-map block of a freed inode; the
+    /// Meta-file blocks applying `r` may dirty: the inode-map block of a freed inode and the
+    /// one of the free number before it, whose link to the next free number changes; the
     /// bitmap block of every group a run of data blocks touches and the descriptor blocks of
     /// those groups; a group's descriptor block.
     fn meta_blocks_of(&self, r: &Record) -> u64 {
         match *r {
-            Record::IFree { .. } => 1,
+            Record::IFree { .. } => 2,
             Record::NFree { .. } => 1,
             Record::Dead { .. } => 0,
             Record::DAlloc { start, count } | Record::DFree { start, count } => {
@@ -127,7 +128,7 @@ mod tests {
             });
             assert_eq!(g.len(), 3);
         }
-        assert_eq!((log.count(), log.meta_blocks()), (3, 1 + 3));
+        assert_eq!((log.count(), log.meta_blocks()), (3, 2 + 3));
         log.lock().push(Record::DFree { start: 7, count: 5 });
         assert_eq!((log.count(), log.data_freed()), (4, 5));
         assert_eq!(log.take().len(), 4);

@@ -1276,3 +1276,73 @@ fn a_background_pass_leaves_writers_room_above_the_reserve() {
     fs.unmount().unwrap();
     assert_checks(&*meta, &*data, "after the churn");
 }
+
+/// What admission counts as pending (`Fs::pending_blocks`) is an upper bound of what writing
+/// it with the checkpoint after it takes, and not a gross one for a burst of creates on a
+/// file system with many inodes: the inode-map blocks the burst dirties are counted as
+/// blocks (`dirty::ImapFootprint`), where admission used to count one per dirty inode (on a
+/// large IFile a burst of 2,000 creates looked like hundreds of checkpoint blocks, taking
+/// the room above the reserve from writers and waking the cleaner for nothing). Also with
+/// deletes in the burst, and new numbers reusing freed ones.
+#[test]
+fn pending_blocks_bound_a_burst_of_creates_closely() {
+    let (meta, data) = devices(256, 64);
+    let fs = mount(meta.clone(), data.clone());
+    let mk = |dir: u64, name: String| {
+        let (a, fh) = fs
+            .create(&U, dir, name.as_bytes(), 0o644, libc::O_RDWR)
+            .unwrap();
+        fs.release(a.ino, fh).unwrap();
+    };
+    // A large inode map: 60,000 inodes in 60 directories, written and checkpointed.
+    let dirs: Vec<u64> = (0..60)
+        .map(|d| {
+            fs.mkdir(&U, ROOT, format!("d{d}").as_bytes(), 0o755)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    for (d, &dir) in dirs.iter().enumerate() {
+        for i in 0..1000 {
+            mk(dir, format!("f{d}-{i}"));
+        }
+    }
+    fs.checkpoint(false).unwrap();
+    // Free numbers here and there, reusable after a write.
+    for i in (0..1000).step_by(7) {
+        fs.unlink(&U, dirs[3], format!("f3-{i}").as_bytes())
+            .unwrap();
+    }
+    fs.checkpoint(false).unwrap();
+    // Bursts of creates (the first reusing the freed numbers), then one of unlinks too.
+    for round in 0..4 {
+        let new = fs
+            .mkdir(&U, ROOT, format!("burst{round}").as_bytes(), 0o755)
+            .unwrap()
+            .ino;
+        for i in 0..2000 {
+            mk(new, format!("b{i}"));
+        }
+        let unlinks = round == 3;
+        if unlinks {
+            for i in (0..1000).step_by(11) {
+                fs.unlink(&U, dirs[10], format!("f10-{i}").as_bytes())
+                    .unwrap();
+            }
+        }
+        let pending = fs.pending_blocks();
+        let before = fs.stats().log_blocks_written;
+        fs.checkpoint(false).unwrap();
+        let written = fs.stats().log_blocks_written - before;
+        assert!(
+            written <= pending,
+            "round {round}: wrote {written} blocks, admission counted {pending}"
+        );
+        assert!(
+            unlinks || pending <= written * 3 / 2,
+            "round {round}: admission counted {pending} blocks for {written} written"
+        );
+    }
+    fs.unmount().unwrap();
+    assert_checks(&*meta, &*data, "after the bursts");
+}

@@ -30,6 +30,8 @@ pub(crate) struct RoomCounts {
     /// Of those, inodes freed (tombstones: the transaction writes an IFREE record for each,
     /// no inode); under the gate like the map's snapshot.
     pub tombstones: AtomicU64,
+    /// Inode-map blocks applying the dirty set dirties, at most (`dirty::ImapFootprint`).
+    pub dirty_imap_blocks: AtomicU64,
     /// Log blocks of the transaction being written: from its snapshot (which empties the
     /// dirty sets) until the tables show it.
     pub writing: AtomicU64,
@@ -70,13 +72,14 @@ impl Fs {
 
     /// Upper bound of the meta-file blocks the checkpoint after everything pending writes:
     /// those dirty now, and what applying the pending transaction dirties — the inode-map
-    /// block of each dirty inode, the node-map block of each dirty or freed node, what the
+    /// blocks of the dirty inodes (`dirty::ImapFootprint`), the node-map block of each dirty
+    /// or freed node, what the
     /// records touch, the indirect blocks above all of them — but never more than every
     /// meta block, with the blocks new inodes and nodes may add to the inode and node maps.
     pub(super) fn pending_meta_blocks(&self, inodes: u64, nodes: u64) -> u64 {
         let c = &self.cleaner.counts;
         let g = self.geometry();
-        let growth = inodes
+        let growth = c.dirty_imap_blocks.load(Ordering::Acquire)
             + nodes
             + self.log.records.meta_blocks()
             + c.writing_meta.load(Ordering::Acquire);
