@@ -8,7 +8,7 @@
 use super::clean::RoomCounts;
 use super::inode::InodeEntry;
 use crate::lockcheck::Mutex as NoIoMutex;
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
