@@ -293,7 +293,7 @@ fn load(dir: &Path, kind: &str) -> ! {
         let (burst, payload): (usize, &[u8]) = match kind {
             "churn" => (2000, &small),
             _ => {
-                // write(2) of 16 MiB: the file system sees it as 1 MiB requests (or page
+                // write(2) of 16 MiB: the file system sees it as max_write-sized requests (or page
                 // writeback), as a program writing a big file would make it.
                 let p = dir.join(format!("big{}", cycle % 2));
                 if write_file(&p, &big, true) {

@@ -33,7 +33,12 @@ pub struct FuseConfig {
     pub writeback_cache: bool,
     /// Keep a file's page cache across opens: nothing changes the data behind the kernel.
     pub keep_cache: bool,
-    /// Largest write request, bytes.
+    /// Largest write request, bytes; also the largest read request (fuser derives the
+    /// kernel's max_pages from it). The kernel copies a whole request between the writer's
+    /// buffer, /dev/fuse and the daemon without a pause, and a request woken onto that CPU
+    /// waits for the copy: 256 KiB bounds the wait at about a tenth of a millisecond, where 1
+    /// MiB made cached reads under a streaming writer 6-8x slower at the 99th percentile
+    /// (docs/DESIGN.md, "FUSE levers").
     pub max_write: u32,
     /// Background requests (readahead, writeback) the kernel keeps in flight.
     pub max_background: u16,
@@ -97,7 +102,7 @@ impl Default for FuseConfig {
             ttl: Duration::from_secs(3600),
             writeback_cache: false,
             keep_cache: true,
-            max_write: 1 << 20,
+            max_write: 256 << 10,
             max_background: 64,
             direct_io: false,
             dir_cache: DirCache::Kept,

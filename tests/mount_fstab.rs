@@ -73,8 +73,7 @@ impl Images {
         let table = fs::read_to_string("/proc/self/mounts").unwrap();
         let line = table
             .lines()
-            .filter(|l| l.split(' ').nth(1) == Some(self.mnt()))
-            .last()
+            .rfind(|l| l.split(' ').nth(1) == Some(self.mnt()))
             .unwrap_or_else(|| panic!("{} is not in /proc/self/mounts", self.mnt()));
         let fields: Vec<&str> = line.split(' ').collect();
         assert_eq!(fields[2], "fuse.dualfs", "{line}");

@@ -111,7 +111,7 @@ fn blocks(f: &File) -> u64 {
 }
 
 fn bfree(fs: &TestFs) -> u64 {
-    statvfs(fs.path()).f_bfree as u64
+    statvfs(fs.path()).f_bfree
 }
 
 fn read_all(p: &Path) -> Vec<u8> {

@@ -10,10 +10,13 @@ use nix::mount::MsFlags;
 use std::path::Path;
 use std::time::Duration;
 
-/// The read-ahead window unless `readahead=` says otherwise: 1 MiB, one FUSE read request
-/// (max_pages): a quarter of the READ requests of the kernel's 128 KiB or fewer
-/// (docs/DESIGN.md, "FUSE levers").
+/// The read-ahead window unless `readahead=` says otherwise: 1 MiB, four FUSE read requests
+/// of `max_write`'s default 256 KiB (fuser derives max_pages from it; docs/DESIGN.md, "FUSE
+/// levers").
 pub const DEFAULT_READAHEAD: u64 = 1 << 20;
+
+/// The largest `max_write=` (the kernel's FUSE limit of 256 pages) and the smallest (a page).
+const MAX_WRITE_RANGE: std::ops::RangeInclusive<u64> = 4096..=1 << 20;
 
 /// Everything `-o` can set.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -51,6 +54,8 @@ pub struct MountSettings {
     pub readdirplus: Option<Readdirplus>,
     /// `readahead=SIZE`: the kernel's read-ahead window for the mount.
     pub readahead: Option<u64>,
+    /// `max_write=SIZE`: the largest FUSE write (and read) request.
+    pub max_write: Option<u64>,
     /// Options that only mean something to mount(8), fstab or systemd, accepted and ignored.
     pub ignored: Vec<String>,
 }
@@ -115,6 +120,9 @@ Mount options (-o OPT[,OPT...], may be repeated; later options win):
                              of a listing and after lookups in the directory)
   readahead=SIZE             the kernel's read-ahead window for sequential reads (default 1M;
                              the kernel's own default is 128K)
+  max_write=SIZE             the largest write request, 4K to 1M (default 256K): larger
+                             ones cost the daemon less CPU per byte, but each one is copied
+                             in the kernel without a pause, which other requests wait for
   defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, group, comment=...,
   x-*                        for mount(8), fstab and systemd: accepted, ignored by DualFS";
 
@@ -287,6 +295,14 @@ fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
         "readahead" => {
             let text = needs_value(key, value, "SIZE")?;
             s.readahead = Some(parse_size(text).map_err(|e| bad_value(key, text, &e))?);
+        }
+        "max_write" => {
+            let text = needs_value(key, value, "SIZE")?;
+            let bytes = parse_size(text).map_err(|e| bad_value(key, text, &e))?;
+            if !MAX_WRITE_RANGE.contains(&bytes) {
+                return Err(bad_value(key, text, "expected 4K to 1M"));
+            }
+            s.max_write = Some(bytes);
         }
         "readdirplus" => {
             let text = needs_value(key, value, "never|auto|always")?;
@@ -506,6 +522,7 @@ impl MountSettings {
             no_open: self.noopen,
             cache_symlinks: !self.nocache_symlinks,
             readdirplus: self.readdirplus.unwrap_or(defaults.readdirplus),
+            max_write: self.max_write.map_or(defaults.max_write, |b| b as u32),
             ..defaults
         }
     }
@@ -638,6 +655,15 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().readahead_kb(), 1024);
         assert_eq!(parse(&["readahead=4M"]).unwrap().readahead_kb(), 4096);
         assert_eq!(parse(&["readahead=1000"]).unwrap().readahead_kb(), 1);
+        assert_eq!(parse(&[]).unwrap().fuse_config().max_write, 256 << 10);
+        assert_eq!(
+            parse(&["max_write=1M"]).unwrap().fuse_config().max_write,
+            1 << 20
+        );
+        assert_eq!(
+            parse(&["max_write=4K"]).unwrap().fuse_config().max_write,
+            4096
+        );
         for bad in [
             "dir_cache=on",
             "dir_cache",
@@ -648,6 +674,9 @@ mod tests {
             "strictatime,noopen",
             "readahead=0",
             "readahead",
+            "max_write=2M",
+            "max_write=4095",
+            "max_write",
         ] {
             assert!(parse(&[bad]).is_err(), "{bad} accepted");
         }
