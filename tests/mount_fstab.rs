@@ -88,13 +88,18 @@ impl Images {
     /// `umount MNT`, wait for the daemon to exit after its final checkpoint (its pid file
     /// goes only then), run the checker.
     fn umount_and_check(&self) {
+        self.unmount_and_check(Command::new("umount").arg(&self.mnt));
+    }
+
+    /// `umount_and_check` with another unmount command (`dualfs umount MNT`).
+    fn unmount_and_check(&self, unmount: &mut Command) {
         let pid_file = dualfs::run_dir::run_file_path(&self.mnt, "pid");
         let pid: i32 = fs::read_to_string(&pid_file)
             .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
             .trim()
             .parse()
             .unwrap();
-        run_ok(Command::new("umount").arg(&self.mnt));
+        run_ok(unmount);
         let start = Instant::now();
         while process_running(pid) {
             assert!(
@@ -222,6 +227,60 @@ fn fstab_line_of_type_fuse_dualfs_mounts_with_mount_mountpoint() {
     let img = Images::new();
     mount_from_fstab(&img, "fuse.dualfs", FSTAB_OPTIONS);
     img.umount_and_check();
+}
+
+/// The lines of libmount's userspace table (/run/mount/utab) for mount point `mnt`.
+fn utab_lines(mnt: &str) -> Vec<String> {
+    let target = format!("TARGET={mnt}");
+    fs::read_to_string("/run/mount/utab")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split(' ').any(|f| f == target))
+        .map(str::to_string)
+        .collect()
+}
+
+/// mount(8) records the options the kernel does not keep (`_netdev`, `nofail`, `x-*`) in
+/// /run/mount/utab; umount(8) drops the line, and so must `dualfs umount`, which unmounts
+/// with umount2(2) itself (it left the line behind before).
+#[test]
+fn dualfs_umount_drops_the_mounts_line_from_libmounts_table() {
+    /// Leaves no line of its mount point behind, also when the test fails.
+    struct UtabCleanup(String);
+    impl Drop for UtabCleanup {
+        fn drop(&mut self) {
+            let target = format!("TARGET={}", self.0);
+            if let Ok(text) = fs::read_to_string("/run/mount/utab") {
+                let kept: String = text
+                    .lines()
+                    .filter(|l| !l.split(' ').any(|f| f == target))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                if kept.len() != text.len() {
+                    let _ = fs::write("/run/mount/utab", kept);
+                }
+            }
+        }
+    }
+    let _links = SystemLinks::install();
+    for fs_type in ["fuse.dualfs", "dualfs"] {
+        let img = Images::new();
+        let _cleanup = UtabCleanup(img.mnt().to_string());
+        mount_from_fstab(&img, fs_type, FSTAB_OPTIONS);
+        let lines = utab_lines(img.mnt());
+        assert_eq!(
+            lines.len(),
+            1,
+            "{fs_type}: mount(8) wrote no utab line: {lines:?}"
+        );
+        assert!(lines[0].contains("_netdev"), "{fs_type}: {}", lines[0]);
+        img.unmount_and_check(Command::new(dualfs_bin()).args(["umount", img.mnt()]));
+        assert_eq!(
+            utab_lines(img.mnt()),
+            Vec::<String>::new(),
+            "{fs_type}: dualfs umount left the mount's line in /run/mount/utab"
+        );
+    }
 }
 
 #[test]

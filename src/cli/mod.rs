@@ -16,3 +16,4 @@ pub mod shutdown;
 pub mod sync;
 pub mod tune;
 pub mod umount;
+pub mod utab;

@@ -72,6 +72,16 @@ fn umount(path: &Path, timeout: Duration) -> Result<(), CliError> {
         };
         CliError::failure(format!("cannot unmount {}: {why}", path.display()))
     })?;
+    // What umount(8) would do too: the mount's line in libmount's table goes with it.
+    let utab = super::utab::path();
+    if let Err(e) = super::utab::forget_mount(&utab, &mountpoint) {
+        print_error(&format!(
+            "warning: {} is unmounted, but its line in {} stays: {}",
+            path.display(),
+            utab.display(),
+            describe_io(&e)
+        ));
+    }
 
     let Some((pid, alive)) = daemon else {
         // Not mounted by a dualfs daemon that left a pid file: nothing to wait for.
