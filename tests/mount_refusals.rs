@@ -62,12 +62,7 @@ fn a_mount_point_whose_daemon_died_says_enotconn_and_how_to_clear_it() {
     let line = one_line_failure(
         &out,
         &[
-            &dead
-                .to_string()
-                .split(" (os error")
-                .next()
-                .unwrap()
-                .to_string(),
+            dead.to_string().split(" (os error").next().unwrap(),
             "dualfs umount",
         ],
     );

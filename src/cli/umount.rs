@@ -53,7 +53,7 @@ fn umount(path: &Path, timeout: Duration) -> Result<(), CliError> {
         Err(e) => {
             return Err(CliError::failure(format!(
                 "cannot read /proc/self/mountinfo: {}",
-                describe_io(&e)
+                describe_io(e)
             )))
         }
     }

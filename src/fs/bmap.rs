@@ -119,14 +119,15 @@ pub fn set_run(st: &mut InodeState, first: u64, ptrs: &[u64], p: u64) -> Result<
             let last = steps[steps.len() - 1];
             let b = st.ptrs.get_mut(&(1, last.index)).expect("set made it");
             let slots = Arc::make_mut(&mut b.ptrs);
-            for slot in last.slot + 1..(p as usize).min(last.slot + 1 + ptrs.len() - i) {
+            let end = (p as usize).min(last.slot + 1 + ptrs.len() - i);
+            for (slot, ptr) in slots[..end].iter_mut().enumerate().skip(last.slot + 1) {
                 debug_assert_eq!(
-                    slots[slot],
+                    *ptr,
                     0,
                     "file block {} is no hole",
                     last.index + slot as u64
                 );
-                slots[slot] = ptrs[i];
+                *ptr = ptrs[i];
                 i += 1;
             }
         }

@@ -38,6 +38,9 @@ pub const XATTR_NAMES_TOTAL_MAX: usize = 65536;
 /// Names and values of an inode's attributes together take at most this many bytes.
 pub const XATTR_TOTAL_MAX: usize = 256 * 1024;
 
+/// ACL attributes a new node inherits from its directory: (name, value).
+pub(crate) type InheritedAcls = Vec<(&'static [u8], Vec<u8>)>;
+
 /// The namespaces Linux passes to a file system.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Namespace {
@@ -412,7 +415,7 @@ impl Fs {
         caller: &Caller,
         pe: &InodeEntry,
         mode: u32,
-    ) -> Result<(u32, Vec<(&'static [u8], Vec<u8>)>)> {
+    ) -> Result<(u32, InheritedAcls)> {
         if mode & libc::S_IFMT == libc::S_IFLNK {
             return Ok((mode, Vec::new()));
         }
