@@ -455,6 +455,21 @@ impl Drop for Volume {
                 eprintln!("{e}");
             }
         }
+        // Each brick process logs to /var/log/glusterfs/bricks/ under a name made of its
+        // brick's path (a new temporary directory every run): keep them only to diagnose a
+        // failure, or they pile up run after run.
+        for brick in &self.bricks {
+            let path = brick.split_once(':').map_or(brick.as_str(), |(_, p)| p);
+            let log = Path::new("/var/log/glusterfs/bricks").join(format!(
+                "{}.log",
+                path.trim_start_matches('/').replace('/', "-")
+            ));
+            if std::thread::panicking() {
+                eprintln!("brick log kept: {}", log.display());
+            } else {
+                let _ = fs::remove_file(&log);
+            }
+        }
     }
 }
 
