@@ -82,6 +82,9 @@ thread_local! {
     /// Log addresses this thread gave dirty blocks, and how many of those under an exclusive
     /// hold of the gate (for tests: `placement_counts`).
     static PLACED: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// Dirty tree nodes this thread handed to the log writer (`NodeCache::capture`), and how
+    /// many of those under an exclusive hold of the gate (for tests: `node_capture_counts`).
+    static CAPTURED: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     /// Inode state locks this thread took, and how many of those under an exclusive hold of
     /// the gate (for tests: `inode_state_counts`).
     static STATES: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
@@ -625,6 +628,23 @@ pub fn count_placement() {
 /// of them while it held the gate exclusively.
 pub fn placement_counts() -> (u64, u64) {
     PLACED.with(|c| c.get())
+}
+
+/// One dirty tree node handed to the log writer by the calling thread: counted, and counted
+/// apart when the thread holds the gate exclusively, where the snapshot takes the dirty
+/// set whole and visits no node (docs/DESIGN.md, "Transactions").
+pub fn count_node_capture() {
+    let under = EXCLUSIVE.with(|c| c.get().0 > 0);
+    CAPTURED.with(|c| {
+        let (n, u) = c.get();
+        c.set((n + 1, u + u64::from(under)));
+    });
+}
+
+/// For tests: how many tree nodes the calling thread has handed to the log writer since it
+/// started, and how many of them while it held the gate exclusively.
+pub fn node_capture_counts() -> (u64, u64) {
+    CAPTURED.with(|c| c.get())
 }
 
 /// For tests: how many inode state locks the calling thread has taken since it started, and

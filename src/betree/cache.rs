@@ -32,6 +32,12 @@ pub(crate) struct NodeCache {
     /// Clock hand order; may hold ids no longer cached (skipped) or twice (harmless).
     clock: VecDeque<u64>,
     dirty: BTreeSet<u64>,
+    /// The dirty set a log writer took whole (`take_dirty_ids`) and has not yet captured
+    /// (`capture_taken`): each node's content as of the take is copied (`Arc`) before anything
+    /// changes or drops it, or at the capture.
+    taken: BTreeSet<u64>,
+    /// Nodes of `taken` copied before the capture, because something was about to change them.
+    captured: Vec<(u64, Arc<Node>)>,
     /// Ids handed out by `take_dirty` and not yet `written`, with the number of such batches.
     /// Keyed by id rather than entry so that a late `written` can never release a newer copy.
     in_flight: HashMap<u64, u32>,
@@ -49,6 +55,8 @@ impl Default for NodeCache {
             entries: HashMap::new(),
             clock: VecDeque::new(),
             dirty: BTreeSet::new(),
+            taken: BTreeSet::new(),
+            captured: Vec::new(),
             in_flight: HashMap::new(),
             pins: Mutex::new("tree node pins", HashMap::new()),
             removals: 0,
@@ -122,6 +130,7 @@ impl NodeCache {
 
     /// Store a node's new content (a new node, or a changed one) and mark it dirty.
     pub fn store_dirty(&mut self, id: u64, node: Node) {
+        self.capture_before_change(id);
         match self.entries.get_mut(&id) {
             Some(entry) => {
                 entry.node = Arc::new(node);
@@ -146,6 +155,7 @@ impl NodeCache {
 
     /// Change a cached node in place (copying it first if a snapshot shares it); marks it dirty.
     pub fn modify<R>(&mut self, id: u64, change: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        self.capture_before_change(id);
         let entry = self.entries.get_mut(&id)?;
         let result = change(Arc::make_mut(&mut entry.node));
         entry.dirty = true;
@@ -167,6 +177,7 @@ impl NodeCache {
 
     /// Forget a freed node; returns whether it may have a block on disk.
     pub fn discard(&mut self, id: u64) -> bool {
+        self.capture_before_change(id);
         self.dirty.remove(&id);
         match self.entries.remove(&id) {
             Some(entry) => {
@@ -178,17 +189,51 @@ impl NodeCache {
     }
 
     /// Snapshot every dirty node and clear the flags; the nodes stay in flight until written.
+    #[cfg(test)]
     pub fn take_dirty(&mut self) -> Vec<(u64, Arc<Node>)> {
-        let dirty = std::mem::take(&mut self.dirty);
-        let mut taken = Vec::with_capacity(dirty.len());
-        for id in dirty {
-            let entry = self.entries.get_mut(&id).expect("dirty node is cached");
-            entry.dirty = false;
-            entry.on_disk = true;
-            *self.in_flight.entry(id).or_insert(0) += 1;
-            taken.push((id, Arc::clone(&entry.node)));
+        self.take_dirty_ids();
+        self.capture_taken()
+    }
+
+    /// Take the dirty set whole, without visiting a node (the log writer's exclusive phase):
+    /// the nodes stay dirty and cached until `capture_taken`, and their content as of now is
+    /// what it returns. Returns how many were taken.
+    pub fn take_dirty_ids(&mut self) -> usize {
+        assert!(
+            self.taken.is_empty() && self.captured.is_empty(),
+            "a dirty set taken and not captured"
+        );
+        self.taken = std::mem::take(&mut self.dirty);
+        self.taken.len()
+    }
+
+    /// The nodes `take_dirty_ids` took, as they were then, in id order; from now on they are
+    /// in flight (and clean, unless dirtied again since the take).
+    pub fn capture_taken(&mut self) -> Vec<(u64, Arc<Node>)> {
+        for id in std::mem::take(&mut self.taken) {
+            self.capture(id);
         }
-        taken
+        let mut nodes = std::mem::take(&mut self.captured);
+        nodes.sort_unstable_by_key(|&(id, _)| id);
+        nodes
+    }
+
+    /// Called before node `id` is changed or dropped: a node taken and not yet captured is
+    /// copied first, so the writer gets it as it was at the take.
+    fn capture_before_change(&mut self, id: u64) {
+        if self.taken.remove(&id) {
+            self.capture(id);
+        }
+    }
+
+    fn capture(&mut self, id: u64) {
+        crate::lockcheck::count_node_capture();
+        let dirty_again = self.dirty.contains(&id);
+        let entry = self.entries.get_mut(&id).expect("a taken node is cached");
+        entry.dirty = dirty_again;
+        entry.on_disk = true;
+        *self.in_flight.entry(id).or_insert(0) += 1;
+        self.captured.push((id, Arc::clone(&entry.node)));
     }
 
     pub fn written(&mut self, ids: &[u64]) {
@@ -311,6 +356,38 @@ mod tests {
         cache.evict_to(0);
         let left: Vec<u64> = (1..=6).filter(|&id| cache.contains(id)).collect();
         assert_eq!(left, vec![1, 3, 4]);
+    }
+
+    /// Between the take and the capture, a taken node is copied before it changes or goes,
+    /// and taken nodes are not evicted; the capture hands over the contents of the take.
+    #[test]
+    fn a_taken_node_is_captured_before_it_changes_or_goes() {
+        let mut cache = cache_with(1..=5);
+        for id in [2, 3, 4] {
+            cache.mark_dirty(id);
+        }
+        let before: Vec<Arc<Node>> = (2..=4).map(|id| cache.node(id).unwrap().clone()).collect();
+        assert_eq!(cache.take_dirty_ids(), 3);
+        assert_eq!(cache.dirty_count(), 0);
+        cache.evict_to(0);
+        assert!((2..=4).all(|id| cache.contains(id)), "taken nodes evicted");
+        // 2 changes in place, 3 is replaced, 4 is freed; 6 (a new node) is stored too.
+        cache.modify(2, |n| *n = Node::empty_leaf());
+        cache.store_dirty(3, Node::empty_leaf());
+        assert!(cache.discard(4), "a taken node has (or will have) a block");
+        cache.store_dirty(6, Node::empty_leaf());
+        let nodes = cache.capture_taken();
+        assert_eq!(nodes.iter().map(|n| n.0).collect::<Vec<_>>(), vec![2, 3, 4]);
+        for ((_, got), want) in nodes.iter().zip(&before) {
+            assert!(Arc::ptr_eq(got, want), "the content of the take");
+        }
+        // Changed after the take: dirty for the next one, and in flight with the taken copy.
+        let mut dirty: Vec<u64> = cache.dirty_ids().collect();
+        dirty.sort();
+        assert_eq!(dirty, vec![2, 3, 6]);
+        assert!(!Arc::ptr_eq(cache.node(2).unwrap(), &before[0]));
+        assert_eq!(cache.take_dirty_ids(), 3, "the next take");
+        assert_eq!(cache.capture_taken().len(), 3);
     }
 
     #[test]

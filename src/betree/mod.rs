@@ -67,8 +67,10 @@
 //! again from the root, on the tree as it is then; mutations that need no load go on
 //! meanwhile. Every load asserts (debug builds, unit tests) that its thread holds no guard. Cached nodes are evicted by clock when over budget,
 //! except the root, dirty nodes and nodes handed to the log writer and not yet written.
-//! `take_snapshots` takes the dirty nodes by pointer (shared `Arc`s, copied on write by later
-//! mutations); the log writer encodes them after its exclusive phase.
+//! `take_snapshots` takes the dirty set whole in the log writer's exclusive phase, visiting
+//! no node; `capture` hands the nodes over after it by pointer (shared `Arc`s, copied on
+//! write by later mutations), and a node the set holds is copied before anything changes or
+//! frees it in between; the log writer encodes them after.
 //! Because a mutation commits all or nothing, one that fails (a load error) leaves the tree
 //! exactly as it was, and between mutations every node always fits its block.
 
@@ -90,4 +92,6 @@ mod tests;
 pub use crate::format::node::Message;
 pub use crate::format::node::{AttrValue, DirValue, Key, Value};
 pub use check::TreeStats;
-pub use tree::{BeTree, DirtyNodes, DirtySnapshots, EntryVisitor, NodeLoader, Preloaded, ScanItem};
+pub use tree::{
+    BeTree, DirtyNodes, DirtySnapshots, EntryVisitor, NodeLoader, Preloaded, ScanItem, TakenNodes,
+};

@@ -41,8 +41,25 @@ pub struct DirtyNodes {
     pub freed: Vec<u64>,
 }
 
-/// What `take_snapshots` hands to the log writer: every dirty node as it was when taken
-/// (shared `Arc`s: later mutations copy on write), not yet encoded.
+/// What `take_snapshots` takes in the log writer's exclusive phase: how many dirty nodes,
+/// and the ids freed since the last take (only ids that may have a block on disk).
+pub struct TakenNodes {
+    count: usize,
+    pub freed: Vec<u64>,
+}
+
+impl TakenNodes {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// What `capture` hands to the log writer: every dirty node as it was when taken (shared
+/// `Arc`s: later mutations copy on write), not yet encoded.
 pub struct DirtySnapshots {
     nodes: Vec<(u64, Arc<Node>)>,
     block_size: usize,
@@ -484,17 +501,34 @@ impl BeTree {
     /// mutation runs. Dirty flags are cleared; the nodes stay cached ("in flight") until
     /// `written` names them. Reported freed ids become reusable now.
     pub fn take_dirty(&self) -> DirtyNodes {
-        self.take_snapshots().encode()
+        self.capture(self.take_snapshots()).encode()
     }
 
-    /// `take_dirty` without the encoding: `O(dirty nodes)` pointer copies under the state
-    /// lock, so the log writer can take them in its exclusive phase and encode after it.
-    pub fn take_snapshots(&self) -> DirtySnapshots {
+    /// The log writer's exclusive phase: the dirty set and the freed ids are taken whole,
+    /// no node visited. Until `capture` hands them over, a node of the set is copied (an
+    /// `Arc`) before anything changes or frees it, so what `capture` returns is the tree as
+    /// it was at the take.
+    pub fn take_snapshots(&self) -> TakenNodes {
         let mut state = self.state.write();
-        DirtySnapshots {
-            nodes: state.cache.take_dirty(),
-            block_size: self.policy.block_size,
+        TakenNodes {
+            count: state.cache.take_dirty_ids(),
             freed: state.ids.report_freed(),
+        }
+    }
+
+    /// After the exclusive phase: the nodes `take_snapshots` took, as they were then, by
+    /// pointer (`O(taken nodes)` under the state lock), not yet encoded.
+    pub fn capture(&self, taken: TakenNodes) -> DirtySnapshots {
+        let nodes = self.state.write().cache.capture_taken();
+        assert_eq!(
+            nodes.len(),
+            taken.count,
+            "taken nodes lost before the capture"
+        );
+        DirtySnapshots {
+            nodes,
+            block_size: self.policy.block_size,
+            freed: taken.freed,
         }
     }
 

@@ -288,7 +288,7 @@ impl Fs {
             ppb: p,
             sym_bytes: symlink_bytes_per_block(bs),
         }));
-        // The nodes by pointer only: they are encoded after the gate is released.
+        // The dirty nodes' set whole: they are captured and encoded after the gate is released.
         let taken = self.ns.tree.take_snapshots();
         assert_eq!(taken.len(), n_nodes, "tree changed under the gate");
         let mut records = self.log.records.take();
@@ -300,6 +300,7 @@ impl Fs {
         }
 
         // ---- Phase 2: place what no operation placed already, encode and write, data first.
+        let taken = self.ns.tree.capture(taken);
         // Taking each inode's lock places its part if no operation did since the gate; one
         // freed before the gate (a tombstone) has none.
         plan.addrs = crate::log::part_addrs(&plan.parts, 0, nblocks);

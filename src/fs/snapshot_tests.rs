@@ -207,6 +207,111 @@ fn a_snapshot_is_written_as_taken_while_operations_change_the_live_state() {
     assert_clean(&m, &d);
 }
 
+/// The tree's part of the same promise: the exclusive phase takes the dirty nodes' set
+/// whole and captures their content only after the gate, so nodes that threads change,
+/// split or free between the two (creates filling leaves, deletes, a removed directory) are
+/// copied first. A power cut right after the write shows exactly the names of the snapshot,
+/// with a clean image; the later changes reach the log next.
+#[test]
+fn tree_changes_between_the_gate_and_the_capture_go_to_the_next_snapshot() {
+    let (m, d) = devices(64, 64);
+    let fs = quiet(&m, &d);
+    let names = |prefix: &str, n: u32| -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| format!("{prefix}-{i:05}").into_bytes())
+            .collect()
+    };
+    let touch = |fs: &Fs, dir: u64, name: &[u8]| {
+        let (a, fh) = fs.create(&U, dir, name, 0o644, libc::O_RDWR).unwrap();
+        fs.release(a.ino, fh).unwrap();
+    };
+    let dirs: Vec<u64> = (0..4)
+        .map(|i| {
+            fs.mkdir(&U, ROOT, format!("d{i}").as_bytes(), 0o755)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    for &dir in &dirs {
+        for name in names("old", 300) {
+            touch(&fs, dir, &name);
+        }
+    }
+    fs.mkdir(&U, ROOT, b"empty", 0o755).unwrap();
+    fs.commit().unwrap();
+    // What the snapshot takes: more names in every directory, so many nodes are dirty.
+    for &dir in &dirs {
+        for name in names("snap", 200) {
+            touch(&fs, dir, &name);
+        }
+    }
+    let dirty = fs.ns.tree.dirty_count();
+    assert!(dirty >= 10, "only {dirty} dirty nodes");
+
+    let ran = Arc::new(AtomicBool::new(false));
+    let ran_in_hook = ran.clone();
+    let hook_dirs = dirs.clone();
+    *fs.log.after_snapshot.lock() = Some(Box::new(move |fs: &Fs| {
+        std::thread::scope(|t| {
+            for &dir in &hook_dirs {
+                t.spawn(move || {
+                    for name in names("late", 300) {
+                        touch(fs, dir, &name);
+                    }
+                    for name in names("old", 300).iter().step_by(2) {
+                        fs.unlink(&U, dir, name).unwrap();
+                    }
+                });
+            }
+            t.spawn(|| fs.rmdir(&U, ROOT, b"empty").unwrap());
+        });
+        ran_in_hook.store(true, Ordering::Release);
+    }));
+    fs.commit().unwrap();
+    assert!(
+        ran.load(Ordering::Acquire),
+        "the log write did not run the hook"
+    );
+
+    let listing = |fs: &Fs, dir: u64| -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        fs.readdir(dir, 0, &mut |e| {
+            if e.name != b"." && e.name != b".." {
+                got.push(e.name.clone());
+            }
+            true
+        })
+        .unwrap();
+        got.sort();
+        got
+    };
+    // A power cut right after that transaction: the snapshot's names, whole.
+    let (m2, d2) = crash_copy(&m, &d);
+    let fs2 = quiet(&m2, &d2);
+    let mut want = [names("old", 300), names("snap", 200)].concat();
+    want.sort();
+    for &dir in &dirs {
+        assert_eq!(listing(&fs2, dir), want, "directory {dir} in the snapshot");
+    }
+    assert!(fs2.lookup(ROOT, b"empty").is_ok());
+    fs2.unmount().unwrap();
+    assert_clean(&m2, &d2);
+
+    // The changes made during the write reach the log after it.
+    fs.unmount().unwrap();
+    assert_clean(&m, &d);
+    let fs = quiet(&m, &d);
+    let mut want = [names("snap", 200), names("late", 300)].concat();
+    want.extend(names("old", 300).into_iter().skip(1).step_by(2));
+    want.sort();
+    for &dir in &dirs {
+        assert_eq!(listing(&fs, dir), want, "directory {dir} after");
+    }
+    assert!(fs.lookup(ROOT, b"empty").is_err());
+    fs.unmount().unwrap();
+    assert_clean(&m, &d);
+}
+
 /// A snapshot whose plan fails (ENOSPC: no clean segment for it) changes nothing: the dirty
 /// set it took and the block counts go back, so the inodes it held (files with dirty
 /// indirect blocks, a long symlink, a freed file, a chmod) are written by the next log write
