@@ -141,11 +141,7 @@ struct Held {
 impl Held {
     fn new(site: Site) -> Held {
         if site.rank == Rank::INODE_STATE {
-            let under = EXCLUSIVE.with(|c| c.get().0 > 0);
-            STATES.with(|c| {
-                let (n, u) = c.get();
-                c.set((n + 1, u + u64::from(under)));
-            });
+            count_event(&STATES);
         }
         if site.no_io {
             HELD.with(|h| {
@@ -612,16 +608,22 @@ pub fn inode_encode_counts() -> (u64, u64) {
     })
 }
 
+/// Count one event of the calling thread in `counts` (all, and those while it holds the
+/// gate exclusively).
+fn count_event(counts: &'static std::thread::LocalKey<Cell<(u64, u64)>>) {
+    let under = EXCLUSIVE.with(|c| c.get().0 > 0);
+    counts.with(|c| {
+        let (n, u) = c.get();
+        c.set((n + 1, u + u64::from(under)));
+    });
+}
+
 /// One indirect or symlink block given its log address by the calling thread
 /// (`flush::place_snapshot`): counted, and counted apart when the thread holds the gate
 /// exclusively, which the log writer's snapshot must not spend on placing blocks
 /// (docs/DESIGN.md, "Transactions").
 pub fn count_placement() {
-    let under = EXCLUSIVE.with(|c| c.get().0 > 0);
-    PLACED.with(|c| {
-        let (n, u) = c.get();
-        c.set((n + 1, u + u64::from(under)));
-    });
+    count_event(&PLACED);
 }
 
 /// For tests: how many blocks the calling thread has placed since it started, and how many
@@ -634,11 +636,7 @@ pub fn placement_counts() -> (u64, u64) {
 /// apart when the thread holds the gate exclusively, where the snapshot takes the dirty
 /// set whole and visits no node (docs/DESIGN.md, "Transactions").
 pub fn count_node_capture() {
-    let under = EXCLUSIVE.with(|c| c.get().0 > 0);
-    CAPTURED.with(|c| {
-        let (n, u) = c.get();
-        c.set((n + 1, u + u64::from(under)));
-    });
+    count_event(&CAPTURED);
 }
 
 /// For tests: how many tree nodes the calling thread has handed to the log writer since it
