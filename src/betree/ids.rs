@@ -66,6 +66,12 @@ impl IdAllocator {
         self.unreported.len()
     }
 
+    /// How many ids name a node of the tree (the root included).
+    pub fn in_use_count(&self) -> usize {
+        let named = self.next - crate::format::ROOT_NODE_ID;
+        named as usize - self.free.len() - self.unreported.len()
+    }
+
     /// Does `id` name a node of the tree?
     pub fn in_use(&self, id: u64) -> bool {
         id >= crate::format::ROOT_NODE_ID

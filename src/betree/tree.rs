@@ -202,6 +202,10 @@ impl Preloaded<'_> {
     }
 }
 
+/// Nodes the cache must still have room for when `preload` skips its dry run on a tree that
+/// is wholly cached (`BeTree::resident_with_headroom`).
+const RESIDENT_HEADROOM: usize = 64;
+
 /// How often a load that failed while the tree kept changing is retried before giving up.
 const MAX_RETRIED_FAILURES: u32 = 16;
 
@@ -380,6 +384,11 @@ impl BeTree {
                 if self.fits_root(&state, message) {
                     return Ok(Preloaded { _pins: pins });
                 }
+            }
+            // The usual case on a tree that fits its cache: the dry run would find every node
+            // cached and could only pin them against an eviction that cannot come.
+            if self.resident_with_headroom(&state) {
+                return Ok(Preloaded { _pins: pins });
             }
             let mut txn = Txn::new(&state, &self.policy);
             match messages
@@ -646,6 +655,17 @@ impl BeTree {
                 }
             }
         }
+    }
+
+    /// Is every node of the tree cached, with room for the nodes mutations can add before
+    /// anything is evicted? Then a mutation finds all it reads cached without a `preload` dry
+    /// run: nodes are only evicted past `cache_nodes`, and with nothing missing nothing is
+    /// loaded. The headroom covers the splits of the mutations running meanwhile (each adds
+    /// at most a node per level); should they exceed it, the mutation still finds a missing
+    /// node and loads it (`mutate`), only not before the gate.
+    fn resident_with_headroom(&self, state: &TreeState) -> bool {
+        let cached = state.cache.len();
+        cached == state.ids.in_use_count() && cached + RESIDENT_HEADROOM <= self.cache_nodes
     }
 
     /// Does the root take `message` in place (cached, and not overflowing with it)?

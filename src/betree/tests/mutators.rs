@@ -339,6 +339,59 @@ fn concurrent_mutators_on_a_slow_evicting_disk_match_a_model() {
     assert_eq!(tree.scan(&*disk, 5, 0, usize::MAX).unwrap().len(), 1500);
 }
 
+/// On a tree its cache holds whole (with room to spare), `preload` skips the dry run: it pins
+/// nothing, and the mutations after it still load nothing, flush cascades and splits
+/// included. Until the tree is resident, the preloads do run (they load and pin).
+#[test]
+fn a_preload_on_a_resident_tree_runs_nothing_and_its_mutation_loads_nothing() {
+    let disk = MemLoader::default();
+    let tree = reopened(&disk, 3000, 10_000);
+    // Freshly opened, only the root is cached: the preloads load and pin.
+    let mut pinned_while_loading = 0;
+    for i in 0..200 {
+        let pre = tree
+            .preload(&disk, &[tree.remove_message(5, &name_of(i)).unwrap()])
+            .unwrap();
+        pinned_while_loading += pre.pinned();
+        tree.remove(&disk, 5, &name_of(i)).unwrap();
+    }
+    assert!(pinned_while_loading > 0, "no preload pinned on a cold tree");
+    // Load every node: a scan reads every leaf; then nothing is missing.
+    assert_eq!(tree.scan(&disk, 5, 0, usize::MAX).unwrap().len(), 2800);
+    {
+        let state = tree.state.read();
+        let in_use = state.ids.in_use_count();
+        assert_eq!(state.cache.len(), in_use, "the scan left nodes uncached");
+        let cached = (0..state.ids.next())
+            .filter(|&id| state.ids.in_use(id))
+            .all(|id| state.cache.contains(id));
+        assert!(
+            cached,
+            "a node in use is not cached although the counts match"
+        );
+    }
+    let loads = disk.loads();
+    for i in 0..6000 {
+        let v = value_of(i, 7);
+        let pre = tree
+            .preload(&disk, &[tree.insert_message(9, &name_of(i), v).unwrap()])
+            .unwrap();
+        assert_eq!(pre.pinned(), 0, "insert {i}: a dry run on a resident tree");
+        tree.insert(&disk, 9, &name_of(i), v).unwrap();
+        drop(pre);
+        if i % 500 == 0 {
+            disk.persist(&tree);
+        }
+    }
+    assert_eq!(
+        disk.loads(),
+        loads,
+        "a mutation on the resident tree loaded"
+    );
+    assert_eq!(tree.scan(&disk, 9, 0, usize::MAX).unwrap().len(), 6000);
+    tree.check(&disk).unwrap();
+}
+
 /// `preload` makes resident and pins what a mutation will read, its flush cascade included:
 /// on a cache of three nodes, written out and evicted all along, every insert, remove and
 /// attribute change (value blocks too) run right after a preload of its message loads
