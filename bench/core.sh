@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What the core costs per metadata operation, without FUSE: examples/coreops.rs (metarate's
 # create, lookup and unlink phases, one directory per worker, called on the library API over
-# in-memory devices) for this build and, with --base, another build of it, taking turns round
-# by round; the process's CPU time per operation (the best round), the rate, and this build's
-# CPU per operation over the base's. Far below the noise of a FUSE benchmark: for changes to
+# in-memory devices; and `--clean`, cleaning passes on a filled log) for this build and, with
+# --base, another build of it, taking turns round by round; the process's CPU time per
+# operation (per live block moved for cleaning; the best round), the rate, and this build's
+# CPU over the base's. Far below the noise of a FUSE benchmark: for changes to
 # the core that FUSE figures cannot resolve.
 #
 #   bench/core.sh                                   # 1 and 2 workers, 20,000 files each
@@ -35,7 +36,7 @@ bench_example coreops
 THIS=$BENCH_EXAMPLE
 bench_out_init "$OUT" core
 
-declare -A NS=() RATE=() # "build|workers|phase" -> best CPU ns per op, its ops/s
+declare -A NS=() RATE=() MAXMS=() # "build|workers|phase" -> best CPU ns per op, its ops/s
 BUILDS="this"
 [ -n "$BASE" ] && BUILDS="this base"
 IFS=, read -r -a WS <<<"$WORKERS"
@@ -53,6 +54,13 @@ for round in $(seq "$ROUNDS"); do
                 fi
             done < <("$bin" --workers "$w" --files "$FILES" --rounds 1 2>/dev/null)
         done
+        bench_log "round $round: $build, cleaning passes"
+        line=$("$bin" --clean --rounds 6 2>/dev/null || true)
+        ns=$(sed -n 's/.*cpu_ns_per_block=\([0-9]*\).*/\1/p' <<<"$line")
+        ms=$(sed -n 's/.*max_pass_ms=\([0-9.]*\).*/\1/p' <<<"$line")
+        if [ -n "$ns" ] && { [ -z "${NS[$build|clean]:-}" ] || [ "$ns" -lt "${NS[$build|clean]}" ]; }; then
+            NS[$build|clean]=$ns MAXMS[$build|clean]=$ms
+        fi
     done
 done
 
@@ -74,3 +82,17 @@ for w in "${WS[@]}"; do
         echo
     done
 done
+echo
+echo "Cleaning (coreops --clean: 6 greedy passes of up to 18 segments on a 256 MiB log at 65%," \
+    "best of $ROUNDS rounds): CPU per live block moved, and the longest pass"
+printf '%-8s %10s %12s' "" "ns/block" "longest ms"
+[ -n "$BASE" ] && printf ' %10s %12s %7s' "base ns" "base ms" "x base"
+echo
+printf '%-8s %10s %12s' clean "${NS[this|clean]:-n/a}" "${MAXMS[this|clean]:-n/a}"
+bench_row dualfs clean cpu_ns_per_block "${NS[this|clean]:-}" ns
+if [ -n "$BASE" ]; then
+    printf ' %10s %12s %7s' "${NS[base|clean]:-n/a}" "${MAXMS[base|clean]:-n/a}" \
+        "$(bench_ratio "${NS[this|clean]:-}" "${NS[base|clean]:-}")"
+    bench_row dualfs-base clean cpu_ns_per_block "${NS[base|clean]:-}" ns
+fi
+echo

@@ -5,9 +5,17 @@
 //! of a FUSE benchmark (and run under `valgrind --tool=callgrind` for instruction counts).
 //!
 //!     coreops [--workers W] [--files N] [--rounds R]
+//!     coreops --clean [--rounds R]
 //!
 //! Output, one line per phase: `coreops workers=W phase=P ops_per_sec=X cpu_ns_per_op=Y`
 //! (the best round of R by CPU time).
+//!
+//! `--clean`: cleaning passes instead. A 256 MiB log is filled with empty files to 65% (directories
+//! of 1,000), every other file of every third directory
+//! is removed (dead blocks all over the log), and R greedy passes of up to 18 segments run
+//! one after another, in one thread (no background flush or cleaning: the same passes on
+//! every build). Output: `coreops phase=clean passes=R live_moved=M cpu_ns_per_block=X
+//! max_pass_ms=Y` (CPU per live block moved over all passes, and the longest pass).
 
 use dualfs::device::{BlockDevice, MemDevice};
 use dualfs::format::ROOT_INO;
@@ -27,6 +35,14 @@ fn process_cpu() -> Duration {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--clean") {
+        let rounds = std::env::args()
+            .skip_while(|a| a != "--rounds")
+            .nth(1)
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(6);
+        return clean_passes(rounds);
+    }
     let mut workers = 1usize;
     let mut files = 20_000usize;
     let mut rounds = 3usize;
@@ -119,5 +135,86 @@ fn main() {
             "coreops workers={workers} phase={phase} ops_per_sec={rate:.0} cpu_ns_per_op={ns:.0}"
         );
     }
+    fs.unmount().expect("unmount");
+}
+
+/// The `--clean` mode (see the module documentation).
+fn clean_passes(rounds: usize) {
+    let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(256 << 20));
+    let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4 << 30));
+    mkfs(meta.clone(), data.clone(), &MkfsParams::default()).expect("mkfs");
+    let quiet = MountOptions {
+        flush_interval: Duration::from_secs(3600),
+        checkpoint_interval: Duration::from_secs(3600),
+        background_cleaning: false,
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount(meta, data, quiet).expect("mount");
+    let caller = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+        umask: 0,
+    };
+    let mut dirs = Vec::new();
+    let mut n = 0usize;
+    loop {
+        if n % 1000 == 0 {
+            // Written out first: what is pending does not count in the utilization yet.
+            if n % 20_000 == 0 {
+                fs.sync().expect("sync");
+                if fs.cleaner_status().utilization > 0.65 {
+                    break;
+                }
+            }
+            let name = format!("d{}", n / 1000);
+            dirs.push(
+                fs.mkdir(&caller, ROOT_INO, name.as_bytes(), 0o755)
+                    .expect("mkdir")
+                    .ino,
+            );
+        }
+        let dir = *dirs.last().expect("a directory");
+        let (attr, fh) = fs
+            .create(
+                &caller,
+                dir,
+                format!("f{n}").as_bytes(),
+                0o644,
+                libc::O_WRONLY,
+            )
+            .unwrap_or_else(|e| panic!("create {n}: {e:?}: {:?}", fs.cleaner_status()));
+        fs.release(attr.ino, fh).expect("release");
+        fs.forget(attr.ino, 1);
+        n += 1;
+    }
+    for (k, &dir) in dirs.iter().enumerate().step_by(3) {
+        for i in (k * 1000..(k + 1) * 1000).step_by(2) {
+            fs.unlink(&caller, dir, format!("f{i}").as_bytes())
+                .expect("unlink");
+        }
+    }
+    fs.sync().expect("sync");
+    let (mut moved, mut cpu, mut longest) = (0u64, Duration::ZERO, Duration::ZERO);
+    for _ in 0..rounds {
+        let (before, start) = (process_cpu(), Instant::now());
+        let report = fs
+            .clean_pass(dualfs::fs::clean::policy::Policy::Greedy, 18)
+            .expect("pass");
+        longest = longest.max(start.elapsed());
+        cpu += process_cpu() - before;
+        moved += report.live_moved;
+        eprintln!(
+            "pass: {} segments cleaned, {} live blocks moved, {:.1} ms",
+            report.cleaned.len(),
+            report.live_moved,
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "coreops phase=clean passes={rounds} live_moved={moved} cpu_ns_per_block={:.0} max_pass_ms={:.1}",
+        cpu.as_secs_f64() * 1e9 / moved.max(1) as f64,
+        longest.as_secs_f64() * 1e3
+    );
     fs.unmount().expect("unmount");
 }

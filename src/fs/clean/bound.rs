@@ -90,6 +90,15 @@ pub(super) fn meta_dirty_blocks(t: &TablesMut, g: &Geometry) -> u64 {
 }
 
 impl CostAcc {
+    /// The items of these victims.
+    pub(super) fn of(scans: &[SegmentScan], ppb: u64) -> CostAcc {
+        let mut acc = CostAcc::default();
+        for scan in scans {
+            acc.add(scan, ppb);
+        }
+        acc
+    }
+
     pub(super) fn add(&mut self, scan: &SegmentScan, ppb: u64) {
         for &(_, item) in &scan.items {
             match item {
