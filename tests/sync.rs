@@ -161,3 +161,25 @@ fn dualfs_sync_refuses_what_it_cannot_sync() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The harness's mount is ready when it is served, not when it is in the mount table: a
+/// read-only mount that a test ended at once (as `dualfs_sync_refuses_what_it_cannot_sync`
+/// does) was unmounted before its daemon read the kernel's INIT, and the daemon exited 1
+/// ("FUSE device disconnected during handshake"; CI failed once so). Six threads mounting
+/// and dropping 60 each reproduced it twice on the old harness.
+#[test]
+fn mounts_ended_as_soon_as_they_are_ready_end_cleanly() {
+    dualfs_only!();
+    std::thread::scope(|s| {
+        for _ in 0..6 {
+            s.spawn(|| {
+                for _ in 0..60 {
+                    let ro = TestFs::builder()
+                        .mount_opts(&format!("{DEFAULT_MOUNT_OPTS},ro"))
+                        .mount();
+                    drop(ro);
+                }
+            });
+        }
+    });
+}

@@ -411,6 +411,25 @@ impl TestFs {
                     "{} is mounted as {ty:?}, not as a FUSE file system",
                     self.mnt.display()
                 );
+                // In the table is not yet served: the daemon may not have read the kernel's
+                // INIT, and a test that unmounted at once (a read-only mount, nothing to do)
+                // made its handshake fail (ENODEV) and the daemon exit 1. A stat of the root
+                // waits for the handshake (requests wait until the connection is initialized).
+                if let Err(e) = fs::metadata(&self.mnt) {
+                    let d = self.daemon.as_mut().unwrap();
+                    let st = match d.child.try_wait().unwrap() {
+                        Some(st) => st,
+                        None => {
+                            let _ = d.child.kill();
+                            d.child.wait().unwrap()
+                        }
+                    };
+                    d.disarm();
+                    let log = read_log(&d.log);
+                    self.daemon = None;
+                    let _ = sys::umount2(&self.mnt, libc::MNT_DETACH);
+                    return Err(format!("({st}; stat of the mount: {e}) {log}"));
+                }
                 return Ok(());
             }
             let d = self.daemon.as_mut().unwrap();
