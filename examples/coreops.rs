@@ -34,46 +34,49 @@ fn process_cpu() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// Who calls: root, with no umask.
+const ROOT: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 1,
+    umask: 0,
+};
+
+/// A fresh file system on memory devices of these sizes.
+fn memory_fs(meta_bytes: u64, data_bytes: u64, opts: MountOptions) -> Arc<Fs> {
+    let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(meta_bytes));
+    let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(data_bytes));
+    mkfs(meta.clone(), data.clone(), &MkfsParams::default()).expect("mkfs");
+    Fs::mount(meta, data, opts).expect("mount")
+}
+
 fn main() {
-    if std::env::args().any(|a| a == "--clean") {
-        let rounds = std::env::args()
-            .skip_while(|a| a != "--rounds")
-            .nth(1)
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(6);
-        return clean_passes(rounds);
-    }
-    let mut workers = 1usize;
-    let mut files = 20_000usize;
-    let mut rounds = 3usize;
+    let usage = || -> ! {
+        eprintln!("usage: coreops [--workers W] [--files N] [--rounds R] | --clean [--rounds R]");
+        std::process::exit(2)
+    };
+    let (mut workers, mut files, mut rounds, mut clean) = (1usize, 20_000usize, None, false);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || {
-            args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-                eprintln!("usage: coreops [--workers W] [--files N] [--rounds R]");
-                std::process::exit(2)
-            })
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| usage())
         };
         match a.as_str() {
             "--workers" => workers = value(),
             "--files" => files = value(),
-            "--rounds" => rounds = value(),
-            _ => {
-                eprintln!("usage: coreops [--workers W] [--files N] [--rounds R]");
-                std::process::exit(2)
-            }
+            "--rounds" => rounds = Some(value()),
+            "--clean" => clean = true,
+            _ => usage(),
         }
     }
-    let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(512 << 20));
-    let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(256 << 20));
-    mkfs(meta.clone(), data.clone(), &MkfsParams::default()).expect("mkfs");
-    let fs = Fs::mount(meta, data, MountOptions::default()).expect("mount");
-    let caller = Caller {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-        umask: 0,
-    };
+    if clean {
+        return clean_passes(rounds.unwrap_or(6));
+    }
+    let rounds = rounds.unwrap_or(3);
+    let fs = memory_fs(512 << 20, 256 << 20, MountOptions::default());
+    let caller = ROOT;
     let dirs: Vec<u64> = (0..workers)
         .map(|w| {
             fs.mkdir(&caller, ROOT_INO, format!("w{w}").as_bytes(), 0o755)
@@ -140,22 +143,14 @@ fn main() {
 
 /// The `--clean` mode (see the module documentation).
 fn clean_passes(rounds: usize) {
-    let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(256 << 20));
-    let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(4 << 30));
-    mkfs(meta.clone(), data.clone(), &MkfsParams::default()).expect("mkfs");
     let quiet = MountOptions {
         flush_interval: Duration::from_secs(3600),
         checkpoint_interval: Duration::from_secs(3600),
         background_cleaning: false,
         ..MountOptions::default()
     };
-    let fs = Fs::mount(meta, data, quiet).expect("mount");
-    let caller = Caller {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-        umask: 0,
-    };
+    let fs = memory_fs(256 << 20, 4 << 30, quiet);
+    let caller = ROOT;
     let mut dirs = Vec::new();
     let mut n = 0usize;
     loop {

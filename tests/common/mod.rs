@@ -416,19 +416,9 @@ impl TestFs {
                 // made its handshake fail (ENODEV) and the daemon exit 1. A stat of the root
                 // waits for the handshake (requests wait until the connection is initialized).
                 if let Err(e) = fs::metadata(&self.mnt) {
-                    let d = self.daemon.as_mut().unwrap();
-                    let st = match d.child.try_wait().unwrap() {
-                        Some(st) => st,
-                        None => {
-                            let _ = d.child.kill();
-                            d.child.wait().unwrap()
-                        }
-                    };
-                    d.disarm();
-                    let log = read_log(&d.log);
-                    self.daemon = None;
-                    let _ = sys::umount2(&self.mnt, libc::MNT_DETACH);
-                    return Err(format!("({st}; stat of the mount: {e}) {log}"));
+                    let log = self.daemon_log();
+                    self.kill_daemon();
+                    return Err(format!("(stat of the mount: {e}) {log}"));
                 }
                 return Ok(());
             }

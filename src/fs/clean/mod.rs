@@ -254,7 +254,7 @@ struct SegmentScan {
 }
 
 /// The union of what a set of victims makes the log write.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 struct CostAcc {
     inos: BTreeSet<u64>,
     ptrs: BTreeSet<(u64, u8, u64)>,
