@@ -28,7 +28,7 @@ export LC_ALL=C
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 
-ALL="postmark postmark-4procs kernel-compile metarate latency bigdir cleaner fsck write-economy"
+ALL="postmark postmark-4procs kernel-compile scan metarate latency bigdir cleaner fsck write-economy"
 OUT="" QUICK="" ONLY="" SKIP="" SUMMARY_ONLY="" KERNEL_BUILD=1
 usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -115,7 +115,7 @@ headline() {
         latency) echo '($4 == "p99_us" || $4 == "max_us") && $3 ~ /loaded$/' ;;
         bigdir) echo '($4 == "ops_per_sec" && $3 != "stat warm") || ($3 == "list" && $4 == "seconds")' ;;
         cleaner) echo '($3 == "total" && $4 == "seconds") || $4 == "write_cost" || $4 == "write_path_passes"' ;;
-        fsck) echo '$4 == "seconds"' ;;
+        fsck | scan) echo '$4 == "seconds"' ;;
         write-economy) echo '$4 ~ /^bytes/' ;;
         *) echo 0 ;;
     esac

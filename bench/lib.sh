@@ -195,6 +195,8 @@ bench_fs_label() {
         dualfs-wb) echo "DualFS wbcache" ;;
         dualfs-slow) echo "DualFS slow-meta" ;;
         dualfs-small) echo "DualFS small-meta" ;;
+        dualfs-ro) echo "DualFS -o ro" ;;
+        dualfs-ro-open) echo "DualFS -o ro+open" ;;
         ext2 | ext3 | ext4) echo "$1 (kernel)" ;;
         ext4-slow) echo "ext4 slow-dev" ;;
         fuse2fs) echo "fuse2fs (ext4)" ;;

@@ -282,6 +282,53 @@ fn open_unlinked_file_stays_usable_without_open() {
     open_unlinked_file_stays_usable_on(TestFs::builder().mount_opts("noopen").mount());
 }
 
+/// A read-only mount lets the kernel open files itself (nothing OPEN guards on a read-write
+/// mount can happen there): after the first OPEN, answered ENOSYS, no open reaches DualFS, and
+/// reads through the kernel's own handles see the files. `-o ro,open` sends every open. The
+/// requests are counted in fuser's debug log of each one ("OPEN flags ..."); the `ro,open`
+/// mount is the control that the count sees them.
+#[test]
+fn a_read_only_mount_lets_the_kernel_open_files_itself() {
+    dualfs_only!();
+    let mut fs = TestFs::new();
+    let names: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        fs::write(fs.join(name), content(i as u64, 5000 + i)).unwrap();
+    }
+    fs.unmount();
+    let opens_on = |opts: &str| {
+        let mut ro = TestFs::builder()
+            .images(fs.meta_path(), fs.data_path())
+            .mount_opts(opts)
+            .daemon_env("RUST_LOG", "warn,fuser::request=debug")
+            .mount();
+        for _ in 0..2 {
+            for (i, name) in names.iter().enumerate() {
+                assert_eq!(
+                    fs::read(ro.join(name)).unwrap(),
+                    content(i as u64, 5000 + i)
+                );
+            }
+        }
+        // Writing is still refused, at open.
+        let e = open(ro.join("f0"), libc::O_WRONLY, 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+        let log = ro.daemon_log();
+        ro.unmount();
+        log.matches(" OPEN flags ").count()
+    };
+    let kernel_opens = opens_on("ro");
+    let sent_opens = opens_on("ro,open");
+    assert!(
+        sent_opens >= 40,
+        "{sent_opens} OPEN requests logged with ro,open (40 opens made)"
+    );
+    assert!(
+        kernel_opens <= 1,
+        "{kernel_opens} OPEN requests reached a read-only mount"
+    );
+}
+
 /// With `-o noopen` DualFS knows nothing of a file's open descriptors: one held open and
 /// unlinked at a crash is an orphan on the log all the same, freed by the next mount.
 #[test]

@@ -46,8 +46,8 @@ pub struct MountSettings {
     pub dir_cache: Option<DirCache>,
     /// `noopendir` (the default) or `opendir`.
     pub noopendir: Option<bool>,
-    /// `noopen` (`open` clears it).
-    pub noopen: bool,
+    /// `noopen` or `open`; unset: on for a read-only mount (`fuse_config`).
+    pub noopen: Option<bool>,
     /// `nocache_symlinks` (`cache_symlinks` clears it).
     pub nocache_symlinks: bool,
     /// `readdirplus=never|auto|always`.
@@ -111,10 +111,12 @@ Mount options (-o OPT[,OPT...], may be repeated; later options win):
                              dir_cache=kept: no OPENDIR/RELEASEDIR requests), or send the
                              opens to DualFS
   noopen, open               let the kernel open regular files itself, or send the opens to
-                             DualFS (the default); not with strictatime. Without them an
-                             immutable or append-only file opens for writing and refuses
-                             each write (EPERM), and a removed file is freed at the kernel's
-                             FORGET, a moment after its last close
+                             DualFS (the default, but for read-only mounts); not with
+                             strictatime. Without them an immutable or append-only file
+                             opens for writing and refuses each write (EPERM), and a removed
+                             file is freed at the kernel's FORGET, a moment after its last
+                             close: neither can happen on a read-only mount, so there the
+                             kernel opens files itself unless `open` is given
   nocache_symlinks, cache_symlinks  let the kernel cache symlink targets, or not (the default)
   readdirplus=never|auto|always  when listings carry attributes (default auto: at the start
                              of a listing and after lookups in the directory)
@@ -155,7 +157,7 @@ pub fn parse_option_lists_as<S: AsRef<str>>(
             }
         }
     }
-    if settings.noopen && settings.atime == Some(Atime::Always) {
+    if settings.noopen == Some(true) && settings.atime == Some(Atime::Always) {
         return Err(CliError::Usage(
             "noopen cannot go with strictatime: every read must reach DualFS, and only an \
              answer to OPEN can ask the kernel for that (direct I/O)"
@@ -286,7 +288,7 @@ fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
         }
         "noopen" | "open" => {
             no_value(key, value)?;
-            s.noopen = key == "noopen";
+            s.noopen = Some(key == "noopen");
         }
         "nocache_symlinks" | "cache_symlinks" => {
             no_value(key, value)?;
@@ -506,6 +508,15 @@ impl MountSettings {
         self.readahead.unwrap_or(DEFAULT_READAHEAD).div_ceil(1024)
     }
 
+    /// Without `noopen` or `open`: does the kernel open files itself? On a read-only mount,
+    /// yes: what the OPEN round trip guards on a read-write one (opens for writing of
+    /// immutable and append-only files, and a removed file kept while open) cannot happen
+    /// there, and a scan then sends a third of the requests (docs/DESIGN.md, "FUSE levers").
+    /// Not with strictatime, which needs an answer to every OPEN (direct I/O).
+    fn read_only_opens_unseen(&self) -> bool {
+        self.read_only && self.atime != Some(Atime::Always)
+    }
+
     pub fn fuse_config(&self) -> FuseConfig {
         let defaults = FuseConfig::default();
         FuseConfig {
@@ -519,7 +530,7 @@ impl MountSettings {
                 self.dir_cache.unwrap_or(defaults.dir_cache)
             },
             no_opendir: self.noopendir.unwrap_or(defaults.no_opendir),
-            no_open: self.noopen,
+            no_open: self.noopen.unwrap_or(self.read_only_opens_unseen()),
             cache_symlinks: !self.nocache_symlinks,
             readdirplus: self.readdirplus.unwrap_or(defaults.readdirplus),
             max_write: self.max_write.map_or(defaults.max_write, |b| b as u32),
@@ -652,6 +663,17 @@ mod tests {
         assert!(!parse(&[]).unwrap().fuse_config().no_open);
         assert!(parse(&["noopen"]).unwrap().fuse_config().no_open);
         assert!(!parse(&["noopen,open"]).unwrap().fuse_config().no_open);
+        // Read-only mounts let the kernel open files itself unless told otherwise.
+        assert!(parse(&["ro"]).unwrap().fuse_config().no_open);
+        assert!(parse(&["rw,ro"]).unwrap().fuse_config().no_open);
+        assert!(!parse(&["ro,rw"]).unwrap().fuse_config().no_open);
+        assert!(!parse(&["ro,open"]).unwrap().fuse_config().no_open);
+        assert!(!parse(&["open", "ro"]).unwrap().fuse_config().no_open);
+        assert!(parse(&["ro,noopen"]).unwrap().fuse_config().no_open);
+        // strictatime needs OPEN: a read-only mount with it keeps OPEN, and is no error.
+        let c = parse(&["ro,strictatime"]).unwrap().fuse_config();
+        assert!(!c.no_open && c.direct_io);
+        assert!(parse(&["ro,noopen,strictatime"]).is_err());
         assert_eq!(parse(&[]).unwrap().readahead_kb(), 1024);
         assert_eq!(parse(&["readahead=4M"]).unwrap().readahead_kb(), 4096);
         assert_eq!(parse(&["readahead=1000"]).unwrap().readahead_kb(), 1);

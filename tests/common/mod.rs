@@ -108,6 +108,7 @@ pub struct Builder {
     watchdog: Duration,
     images: Option<(PathBuf, PathBuf)>,
     daemon_args: Vec<String>,
+    daemon_env: Vec<(String, String)>,
 }
 
 impl Default for Builder {
@@ -123,6 +124,7 @@ impl Default for Builder {
             watchdog: env_secs("DUALFS_TEST_WATCHDOG_SECS", 600),
             images: None,
             daemon_args: Vec::new(),
+            daemon_env: Vec::new(),
         }
     }
 }
@@ -170,6 +172,11 @@ impl Builder {
     /// More arguments for `dualfs mount` (e.g. `--threads 8`).
     pub fn daemon_args(mut self, args: &[&str]) -> Self {
         self.daemon_args = args.iter().map(|a| a.to_string()).collect();
+        self
+    }
+    /// An environment variable for `dualfs mount` (e.g. `RUST_LOG`).
+    pub fn daemon_env(mut self, key: &str, value: &str) -> Self {
+        self.daemon_env.push((key.to_string(), value.to_string()));
         self
     }
     pub fn backend(mut self, b: Backend) -> Self {
@@ -382,6 +389,7 @@ impl TestFs {
             cmd.arg("-o").arg(&self.b.mount_opts);
         }
         cmd.args(&self.b.daemon_args);
+        cmd.envs(self.b.daemon_env.iter().map(|(k, v)| (k, v)));
         cmd.arg("--foreground")
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
