@@ -313,7 +313,7 @@ fn a_read_only_mount_lets_the_kernel_open_files_itself() {
         // Writing is still refused, at open.
         let e = open(ro.join("f0"), libc::O_WRONLY, 0).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
-        let log = ro.daemon_log();
+        let log = ro.daemon_log_whole();
         ro.unmount();
         log.matches(" OPEN flags ").count()
     };

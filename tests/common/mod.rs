@@ -506,6 +506,13 @@ impl TestFs {
             .map(|d| read_log(&d.log))
             .unwrap_or_default()
     }
+    /// The daemon's whole output (`daemon_log` keeps its last 16 KiB, for messages).
+    pub fn daemon_log_whole(&self) -> String {
+        self.daemon
+            .as_ref()
+            .map(|d| String::from_utf8_lossy(&fs::read(&d.log).unwrap_or_default()).into_owned())
+            .unwrap_or_default()
+    }
 
     /// Unmount, wait for the daemon to exit with status 0, run the checker and require a clean
     /// report. Panics (after cleaning up) on any failure.
