@@ -510,7 +510,7 @@ impl TestFs {
     pub fn daemon_log_whole(&self) -> String {
         self.daemon
             .as_ref()
-            .map(|d| String::from_utf8_lossy(&fs::read(&d.log).unwrap_or_default()).into_owned())
+            .map(|d| read_log_whole(&d.log))
             .unwrap_or_default()
     }
 
@@ -748,9 +748,14 @@ fn start_watchdog(pid: i32, limit: Duration, w: Arc<Watchdog>, mnt: &Path) {
     });
 }
 
+/// A log file's whole text.
+fn read_log_whole(p: &Path) -> String {
+    String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned()
+}
+
+/// A log's last 16 KiB, for messages.
 fn read_log(p: &Path) -> String {
-    let s = fs::read(p).unwrap_or_default();
-    let s = String::from_utf8_lossy(&s);
+    let s = read_log_whole(p);
     const MAX: usize = 16 << 10;
     if s.len() > MAX {
         let mut cut = s.len() - MAX;
@@ -759,7 +764,7 @@ fn read_log(p: &Path) -> String {
         }
         format!("[... {cut} bytes cut ...]\n{}", &s[cut..])
     } else {
-        s.into_owned()
+        s
     }
 }
 
