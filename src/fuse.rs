@@ -170,6 +170,20 @@ impl DualFuse {
         }
     }
 
+    /// An inode's attributes changed by a request whose reply carries none (an ioctl that
+    /// set its flags, and with them its ctime): drop the kernel's copy, or stat would show
+    /// the old ctime until the attribute timeout.
+    fn attributes_changed(&self, ino: u64) {
+        if let Some(notifier) = self.notifier.get() {
+            // A negative offset drops the attributes alone, none of the cached data.
+            if let Err(e) = notifier.inval_inode(INodeNo(ino), -1, 0) {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    warn!("cannot drop the kernel's attributes of inode {ino}: {e}");
+                }
+            }
+        }
+    }
+
     fn entry(&self, reply: ReplyEntry, result: crate::Result<Attr>, op: &str, ino: u64) {
         match result {
             Ok(attr) => reply.entry(&self.config.ttl, &file_attr(&attr), generation(&attr)),
@@ -738,7 +752,7 @@ impl Filesystem for DualFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -748,7 +762,11 @@ impl Filesystem for DualFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let unprivileged = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        // The kernel says whether the writer lacks CAP_FSETID (buffered and direct writes).
+        let writer = caller(req);
+        let unprivileged = write_flags
+            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            .then_some(&writer);
         let written = self
             .fs
             .write_as(ino.0, fh.0, flags.0, offset, data, unprivileged);
@@ -811,7 +829,7 @@ impl Filesystem for DualFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -819,7 +837,9 @@ impl Filesystem for DualFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let result = self.fs.fallocate(ino.0, fh.0, offset, length, mode);
+        let result = self
+            .fs
+            .fallocate_as(&caller(req), ino.0, fh.0, offset, length, mode);
         empty(reply, result, "fallocate", ino.0);
     }
 
@@ -854,7 +874,7 @@ impl Filesystem for DualFuse {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
@@ -865,7 +885,8 @@ impl Filesystem for DualFuse {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let result = self.fs.copy_file_range(
+        let result = self.fs.copy_file_range_as(
+            &caller(req),
             ino_in.0,
             fh_in.0,
             offset_in,
@@ -1011,7 +1032,12 @@ impl Filesystem for DualFuse {
         reply: ReplyIoctl,
     ) {
         match crate::ioctl::ioctl(&self.fs, &caller(req), ino.0, cmd, in_data, out_size) {
-            Ok(out) => reply.ioctl(0, &out),
+            Ok(out) => {
+                if crate::ioctl::changes_attributes(cmd) {
+                    self.attributes_changed(ino.0);
+                }
+                reply.ioctl(0, &out)
+            }
             Err(e) => reply.error(errno("ioctl", ino.0, &e)),
         }
     }

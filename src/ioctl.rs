@@ -51,6 +51,11 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32> {
     Ok(u32::from_ne_bytes(bytes.try_into().unwrap()))
 }
 
+/// Does a successful `cmd` change the inode's attributes (its flags and ctime)?
+pub fn changes_attributes(cmd: u32) -> bool {
+    matches!(cmd, FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS | FS_IOC_FSSETXATTR)
+}
+
 /// Answer ioctl `cmd` on inode `ino` from `caller`: the bytes to copy out (at most
 /// `out_size`).
 pub fn ioctl(

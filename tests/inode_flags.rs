@@ -324,3 +324,44 @@ fn xfs_style_fsxattr_flags_are_the_same_flags() {
     assert_eq!(get_flags(&f).unwrap(), 0);
     drop(t);
 }
+
+#[test]
+fn chattr_changes_ctime_at_once_and_on_disk() {
+    // As xfstests' generic/277: the change time a chattr sets is what stat shows right
+    // after it (the kernel caches attributes, and an ioctl does not tell it they changed),
+    // and what the inode keeps on disk. With the writeback cache the kernel keeps the times
+    // of regular files itself and takes none from DualFS while it holds the inode (FUSE's
+    // cache mask), so there a file's new ctime shows from the next lookup on; a directory's
+    // at once.
+    let mut t = TestFs::new();
+    let f = t.join("f");
+    let d = t.join("d");
+    fs::write(&f, b"x").unwrap();
+    fs::create_dir(&d).unwrap();
+    t.remount();
+    for p in [&f, &d] {
+        let at_once = !(t.writeback_cache() && p == &f);
+        let before = ctime(&lstat(p));
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        chattr("+A", p);
+        let after_set = ctime(&lstat(p));
+        if at_once {
+            assert!(after_set > before, "chattr +A left ctime at {before:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        set_flags(p, 0).unwrap();
+        let after_clear = ctime(&lstat(p));
+        if at_once {
+            assert!(
+                after_clear > after_set,
+                "FS_IOC_SETFLAGS left ctime at {after_set:?}"
+            );
+        }
+        t.remount();
+        let on_disk = ctime(&lstat(p));
+        assert!(on_disk > before, "the ctime on disk");
+        if at_once {
+            assert_eq!(on_disk, after_clear, "the ctime on disk");
+        }
+    }
+}

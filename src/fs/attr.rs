@@ -49,10 +49,23 @@ impl Fs {
             }
             self.truncate_locked(&e, size)?;
         }
-        // A truncate by a caller without CAP_FSETID takes the set-ID bits away (privileges.rs;
-        // decided here, under the op lock, so that /proc is not read under the state lock).
-        let truncate_drops_ids =
-            set.size.is_some() && super::privileges::drops_set_ids(caller, e.state.read().d.mode);
+        // A truncate by a caller without CAP_FSETID takes set-ID bits away, and so does a
+        // change of owner or group, whoever makes it (privileges.rs; decided here, under the
+        // op lock, so that /proc is not read under the state lock).
+        let set_ids_taken = {
+            let (mode, gid) = {
+                let st = e.state.read();
+                (st.d.mode, st.d.gid)
+            };
+            let mut taken = 0;
+            if set.size.is_some() {
+                taken |= super::privileges::taken_by_change(caller, mode, gid);
+            }
+            if set.uid.is_some() || set.gid.is_some() {
+                taken |= super::privileges::taken_by_chown(caller, mode, gid);
+            }
+            taken
+        };
         // chmod of a file with an access ACL changes the ACL too (read before the gate).
         let acl = match set.mode {
             Some(m) => self.acl_for_chmod(&e, m)?,
@@ -74,10 +87,7 @@ impl Fs {
         if let Some(g) = set.gid {
             st.d.gid = g;
         }
-        // A change of owner takes the set-ID bits away; so does such a truncate.
-        if set.uid.is_some() || set.gid.is_some() || truncate_drops_ids {
-            st.d.mode = super::privileges::without_set_ids(st.d.mode);
-        }
+        st.d.mode &= !set_ids_taken;
         match set.atime {
             Some(SetTime::Now) => st.d.atime = to_disk_time(now),
             Some(SetTime::At(t)) => st.d.atime = to_disk_time(t),

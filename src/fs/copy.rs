@@ -14,6 +14,7 @@ use super::clean::Admit;
 use super::file::regular_size;
 use super::flags::Change;
 use super::inode::InodeEntry;
+use super::types::Caller;
 use super::Fs;
 use crate::format::bmap::{max_blocks, DataPtr};
 use crate::{FsError, Result};
@@ -34,6 +35,27 @@ impl Fs {
     #[allow(clippy::too_many_arguments)]
     pub fn copy_file_range(
         &self,
+        ino_in: u64,
+        fh_in: u64,
+        off_in: u64,
+        ino_out: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u32,
+    ) -> Result<u64> {
+        let root = Caller::ROOT;
+        self.copy_file_range_as(
+            &root, ino_in, fh_in, off_in, ino_out, fh_out, off_out, len, flags,
+        )
+    }
+
+    /// copy_file_range by `caller`: without CAP_FSETID it takes set-ID bits away from the
+    /// destination, before anything is copied (privileges.rs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range_as(
+        &self,
+        caller: &Caller,
         ino_in: u64,
         fh_in: u64,
         off_in: u64,
@@ -73,6 +95,12 @@ impl Fs {
             .min(COPY_MAX);
         if ino_in == ino_out && off_out < off_in + len && off_in < off_out + len {
             return Err(FsError::Errno(libc::EINVAL));
+        }
+        {
+            let _admitted = self.admit(Admit::Change)?;
+            let _op = dst.op.lock_arc();
+            self.check_entry(&dst, Change::Modify)?;
+            self.contents_changed_by(caller, &dst);
         }
         let mut done = 0;
         let result = self.copy_pieces(&src, &dst, (off_in, off_out, len), &mut done);

@@ -137,7 +137,7 @@ impl Fs {
     /// number becomes reusable with the last one.
     pub fn forget(&self, ino: u64, n: u64) {
         match self.ns.kernel_refs.forget(ino, n) {
-            Forgot::FreedNumber => self.ns.release_inos(vec![ino]),
+            Forgot::FreedNumber => self.ns.unpark_ino(ino),
             Forgot::LastReference => {
                 if let Err(e) = self.free_if_forgotten(ino) {
                     log::warn!("cannot free removed inode {ino} at its last FORGET: {e}");

@@ -18,7 +18,7 @@ use super::clean::Admit;
 use super::file::regular_size;
 use super::flags::Change;
 use super::inode::InodeEntry;
-use super::types::Timespec;
+use super::types::{Caller, Timespec};
 use super::{bmap, Fs};
 use crate::format::bmap::{max_blocks, unwritten, DataPtr};
 use crate::format::summary::Record;
@@ -71,6 +71,20 @@ impl RangeMap {
 impl Fs {
     /// fallocate(2) of `len` bytes at `offset` through handle `fh`; `mode` as Linux's.
     pub fn fallocate(&self, ino: u64, fh: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
+        self.fallocate_as(&Caller::ROOT, ino, fh, offset, len, mode)
+    }
+
+    /// fallocate by `caller`: without CAP_FSETID it takes set-ID bits away, in every mode
+    /// (privileges.rs).
+    pub fn fallocate_as(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> Result<()> {
         let mode = Mode::parse(mode)?;
         if len == 0 {
             return Err(FsError::Errno(libc::EINVAL));
@@ -113,6 +127,7 @@ impl Fs {
             r => r?,
         };
         self.preload_range(&e, first, last + 1)?;
+        self.contents_changed_by(caller, &e);
         match mode {
             Mode::Allocate { keep_size } => {
                 self.allocate_locked(&e, size, (offset, end), keep_size, false)

@@ -81,9 +81,7 @@ impl Fs {
             let _op = e.op.lock_arc();
             self.check_entry(&e, Change::Modify)?;
             self.truncate_locked(&e, 0)?;
-            if super::privileges::drops_set_ids(caller, e.state.read().d.mode) {
-                self.drop_set_ids_locked(&e);
-            }
+            self.contents_changed_by(caller, &e);
         }
         self.count_open(&e)?;
         Ok(self.ns.new_handle(ino, flags))
@@ -423,19 +421,26 @@ impl Fs {
 
     /// Returns the number of bytes written (all of `data` unless an error).
     pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.write_as(ino, fh, 0, offset, data, false)
+        self.write_as(ino, fh, 0, offset, data, None)
     }
 
-    /// A write by a caller without CAP_FSETID (the kernel's FUSE_WRITE_KILL_SUIDGID): it
-    /// also takes the file's set-ID bits away (privileges.rs).
-    pub fn write_unprivileged(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.write_as(ino, fh, 0, offset, data, true)
+    /// A write by `writer`, a caller without CAP_FSETID (the kernel's
+    /// FUSE_WRITE_KILL_SUIDGID): it also takes set-ID bits away (privileges.rs).
+    pub fn write_unprivileged(
+        &self,
+        writer: &Caller,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32> {
+        self.write_as(ino, fh, 0, offset, data, Some(writer))
     }
 
     /// A write through handle `fh`, whose descriptor has the open flags `flags` (the kernel
-    /// sends them with every write; they matter for `NO_HANDLE`, see `handle_of`), by a
-    /// caller without CAP_FSETID if `drop_set_ids`. The checks open makes for a handle it
-    /// hands out (immutable, append-only) are made here too, for every write.
+    /// sends them with every write; they matter for `NO_HANDLE`, see `handle_of`), by
+    /// `unprivileged_writer` when the writer lacks CAP_FSETID. The checks open makes for a
+    /// handle it hands out (immutable, append-only) are made here too, for every write.
     pub fn write_as(
         &self,
         ino: u64,
@@ -443,7 +448,7 @@ impl Fs {
         flags: i32,
         offset: u64,
         data: &[u8],
-        drop_set_ids: bool,
+        unprivileged_writer: Option<&Caller>,
     ) -> Result<u32> {
         let _admitted = self.admit(Admit::Write(data.len() as u64))?;
         let h = self.handle_of(ino, fh, flags)?;
@@ -465,8 +470,13 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        if drop_set_ids {
-            self.drop_set_ids_locked(&e);
+        if let Some(writer) = unprivileged_writer {
+            let (mode, gid) = {
+                let st = e.state.read();
+                (st.d.mode, st.d.gid)
+            };
+            let taken = super::privileges::taken_by_unprivileged_change(writer, mode, gid);
+            self.take_set_ids_locked(&e, taken);
         }
         let off = if h.append { size } else { offset };
         self.write_locked(&e, size, off, data)?;

@@ -455,11 +455,7 @@ impl Fs {
         }
         // Only now can a freed number be reused: its tombstone no longer occupies the cache.
         // Numbers the kernel still holds wait for its FORGET.
-        let reusable: Vec<u64> = freed_inos
-            .into_iter()
-            .filter(|&ino| !self.ns.kernel_refs.park_if_held(ino))
-            .collect();
-        self.ns.release_inos(reusable);
+        self.ns.release_inos(freed_inos);
         fl.segments_since_ckpt += plan.segments.len() as u64 - 1;
         self.log.count_flush(
             plan.parts

@@ -32,7 +32,7 @@ fn unseen_file(fs: &Fs, name: &[u8], len: usize) -> u64 {
     fs.release(f.ino, fh).unwrap();
     let data = vec![7u8; len];
     assert_eq!(
-        fs.write_as(f.ino, NO_HANDLE, libc::O_WRONLY, 0, &data, false)
+        fs.write_as(f.ino, NO_HANDLE, libc::O_WRONLY, 0, &data, None)
             .unwrap() as usize,
         len
     );
@@ -53,7 +53,7 @@ fn a_removed_file_the_kernel_opened_unseen_lives_until_its_last_forget() {
     assert_eq!(errno(fs.lookup(ROOT, b"f")), libc::ENOENT);
     // Still readable and writable through the kernel's descriptor, and its blocks held.
     assert_eq!(fs.read(ino, NO_HANDLE, 0, 100).unwrap(), vec![7u8; 100]);
-    fs.write_as(ino, NO_HANDLE, libc::O_WRONLY, 0, b"x", false)
+    fs.write_as(ino, NO_HANDLE, libc::O_WRONLY, 0, b"x", None)
         .unwrap();
     assert_eq!(fs.getattr(ino).unwrap().nlink, 0);
     assert_eq!(free_blocks(&fs), used, "an orphan's blocks stay allocated");
@@ -97,7 +97,7 @@ fn with_opens_seen_a_removed_file_goes_at_its_last_close_whatever_the_kernel_hol
         "the number waits for FORGET"
     );
     assert_eq!(
-        errno(fs.write_as(f.ino, NO_HANDLE, libc::O_WRONLY, 0, b"x", false)),
+        errno(fs.write_as(f.ino, NO_HANDLE, libc::O_WRONLY, 0, b"x", None)),
         libc::EBADF,
         "no unseen handles while the kernel sends OPEN"
     );
@@ -188,14 +188,14 @@ fn writes_through_unseen_opens_check_the_flags_and_follow_o_append() {
         libc::O_WRONLY | libc::O_APPEND,
         0,
         b"ab",
-        false,
+        None,
     )
     .unwrap();
     assert_eq!(fs.getattr(ino).unwrap().size, 12);
     assert_eq!(fs.read(ino, NO_HANDLE, 10, 2).unwrap(), b"ab");
     fs.set_inode_flags(&Caller::ROOT, ino, FLAG_APPEND).unwrap();
     assert_eq!(
-        errno(fs.write_as(ino, NO_HANDLE, libc::O_WRONLY, 0, b"x", false)),
+        errno(fs.write_as(ino, NO_HANDLE, libc::O_WRONLY, 0, b"x", None)),
         libc::EPERM,
         "append-only: only O_APPEND writes"
     );
@@ -214,7 +214,7 @@ fn writes_through_unseen_opens_check_the_flags_and_follow_o_append() {
         libc::O_WRONLY | libc::O_APPEND,
         0,
         b"c",
-        false,
+        None,
     )
     .unwrap();
     fs.set_inode_flags(&Caller::ROOT, ino, FLAG_IMMUTABLE)
@@ -226,7 +226,7 @@ fn writes_through_unseen_opens_check_the_flags_and_follow_o_append() {
             libc::O_WRONLY | libc::O_APPEND,
             0,
             b"x",
-            false
+            None
         )),
         libc::EPERM
     );

@@ -83,9 +83,20 @@ impl Namespace {
         self.ino_alloc.lock().take_held()
     }
 
-    /// Numbers free to reuse now.
+    /// The log writer's transaction that freed `inos` is durable: those the kernel does not
+    /// hold are free to reuse now, the others once it forgets them (`unpark_ino`).
     pub(crate) fn release_inos(&self, inos: Vec<u64>) {
-        self.ino_alloc.lock().release(inos);
+        self.ino_alloc.lock().transaction_durable(inos.len() as u64);
+        let reusable: Vec<u64> = inos
+            .into_iter()
+            .filter(|&ino| !self.kernel_refs.park_if_held(ino))
+            .collect();
+        self.ino_alloc.lock().unpark(reusable);
+    }
+
+    /// The kernel forgot parked number `ino`: free to reuse now.
+    pub(crate) fn unpark_ino(&self, ino: u64) {
+        self.ino_alloc.lock().unpark([ino]);
     }
 
     /// Inode numbers in use now.

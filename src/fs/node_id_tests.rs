@@ -220,3 +220,52 @@ fn an_entry_whose_dirsync_commit_fails_leaves_no_reference_or_handle() {
     let r = crate::check::check(&*meta, &*data).unwrap();
     assert!(r.is_clean(), "{r}");
 }
+
+/// Inodes df counts: what names a file. A removed file is gone for df at once, while its
+/// transaction is written and while the kernel still holds its number (until FORGET, which
+/// may come much later: df -i right after deletes counted them, under load).
+#[test]
+fn df_counts_a_removed_file_as_gone_before_the_kernel_forgets_it() {
+    let (_m, _d, fs) = fresh();
+    fs.begin_kernel_session(false);
+    fn used(fs: &Fs) -> u64 {
+        let s = fs.statfs().unwrap();
+        s.files - s.ffree
+    }
+    let before = used(&fs);
+    let (f, fh) = fs.create(&U, ROOT, b"f", 0o644, libc::O_RDWR).unwrap();
+    fs.release(f.ino, fh).unwrap();
+    let d = fs.mkdir(&U, ROOT, b"d", 0o755).unwrap();
+    fs.forget(d.ino, 1);
+    assert_eq!(used(&fs), before + 2);
+    fs.unlink(&U, ROOT, b"f").unwrap();
+    fs.rmdir(&U, ROOT, b"d").unwrap();
+    assert_eq!(used(&fs), before, "removed, not yet written");
+    *fs.log.after_snapshot.lock() = Some(Box::new(move |fs: &Fs| {
+        assert_eq!(used(fs), before, "while the transaction is written");
+    }));
+    fs.sync_log().unwrap();
+    assert!(fs.log.after_snapshot.lock().is_none(), "the hook ran");
+    assert_eq!(
+        fs.kernel_references(),
+        (1, 1),
+        "the kernel still holds the file's number"
+    );
+    assert_eq!(
+        used(&fs),
+        before,
+        "written, the kernel has not forgotten it"
+    );
+    let again = fs.mkdir(&U, ROOT, b"again", 0o755).unwrap();
+    assert_eq!(
+        again.ino, d.ino,
+        "the directory's number, not held, is reused"
+    );
+    assert_eq!(used(&fs), before + 1);
+    fs.forget(f.ino, 1);
+    assert_eq!(used(&fs), before + 1, "forgotten: free to reuse");
+    let third = fs.mkdir(&U, ROOT, b"third", 0o755).unwrap();
+    assert_eq!(third.ino, f.ino, "the file's number, forgotten, is reused");
+    assert_eq!(used(&fs), before + 2);
+    fs.unmount().unwrap();
+}
