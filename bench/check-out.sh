@@ -2,8 +2,10 @@
 # Check what a benchmark wrote with --out DIR (CI runs it after bench/postmark.sh): DIR/NAME.csv
 # exists with the CSV header of bench/lib.sh, DIR/NAME.png exists and is a PNG image, and
 # every file system named has numeric figures in the CSV (at least one row of METRIC, default
-# "seconds", for PHASE, default "total") and no "skipped" row. Exit 0 when all holds, 1 with
-# what is missing otherwise.
+# "seconds", for PHASE, default "total") and no "skipped" row. When the printed summary was
+# saved beside them (DIR/NAME.txt), it names one round "1 round", not "median of 1" or "best
+# of 1" (its header and the chart's title say it alike, bench_rounds). Exit 0 when all holds,
+# 1 with what is missing otherwise.
 #
 #   bench/check-out.sh DIR NAME "FS..." [PHASE] [METRIC]
 #   bench/check-out.sh /tmp/pm postmark "dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
@@ -31,6 +33,10 @@ if [ -s "$csv" ]; then
             'NR > 1 && $1 != "" && $2 == f && $3 == p && $4 == m && $5 ~ /^[0-9.]+$/ { found = 1 } END { exit !found }' "$csv" ||
             bad "$csv has no $phase $metric row for $fs"
     done
+fi
+txt="$dir/$name.txt"
+if [ -s "$txt" ] && grep -Eq '(median|best) of 1([^0-9.]|$)' "$txt"; then
+    bad "$txt: one round called a median or best of 1: $(grep -Em 1 '(median|best) of 1([^0-9.]|$)' "$txt")"
 fi
 [ $fail = 0 ] && echo "check-out: $name: CSV ($(($(wc -l <"$csv") - 1)) figures) and PNG present; figures of: $fs_list"
 exit $fail

@@ -65,7 +65,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 echo
-echo "The core without FUSE: CPU per operation (ns, best of $ROUNDS rounds) and ops/s," \
+echo "The core without FUSE: CPU per operation (ns, $(bench_rounds best "$ROUNDS")) and ops/s," \
     "$FILES files per worker; $(nproc) CPUs"
 printf '%-8s %7s %10s %10s' phase workers "ns/op" "ops/s"
 [ -n "$BASE" ] && printf ' %10s %10s %7s' "base ns/op" "base ops/s" "x base"
@@ -84,7 +84,7 @@ for w in "${WS[@]}"; do
 done
 echo
 echo "Cleaning (coreops --clean: 6 greedy passes of up to 18 segments on a 256 MiB log at 65%," \
-    "best of $ROUNDS rounds): CPU per live block moved, and the longest pass"
+    "$(bench_rounds best "$ROUNDS")): CPU per live block moved, and the longest pass"
 printf '%-8s %10s %12s' "" "ns/block" "longest ms"
 [ -n "$BASE" ] && printf ' %10s %12s %7s' "base ns" "base ms" "x base"
 echo

@@ -177,7 +177,7 @@ done
 
 echo
 n_entries=$(find "$EXT_MNT/$TREE" | wc -l)
-echo "FUSE levers: $TREE ($n_entries entries), $N_LINKS symlinks, a $BIG file; median of $REPEAT round(s);" \
+echo "FUSE levers: $TREE ($n_entries entries), $N_LINKS symlinks, a $BIG file; $(bench_rounds median "$REPEAT");" \
     "$(nproc) CPUs, kernel $(uname -r)"
 echo "Seconds per phase, then x ext4 = this time / kernel ext4's (lower is better)"
 echo

@@ -221,7 +221,7 @@ done
 
 echo
 echo "Kernel compile: $TREE ($N_ENTRIES entries, $N_SYMLINKS symlinks, $TAR_MB MiB), make $CONFIG, make -j$JOBS;" \
-    "median of $REPEAT round(s); $(nproc) CPUs, kernel $(uname -r)"
+    "$(bench_rounds median "$REPEAT"); $(nproc) CPUs, kernel $(uname -r)"
 echo "Seconds per phase; x $REF = $(bench_fs_label "$REF")'s time / this one's (above 1 = faster than $(bench_fs_label "$REF"))"
 echo
 printf '%-17s %9s %7s %7s %8s %9s %8s %8s %8s %9s | %7s %6s %6s %7s %7s %7s\n' "file system" "unpack" "find" "grep" \
@@ -331,4 +331,4 @@ if [ -n "$FUSE_OPS" ]; then
         done
     done
 fi
-bench_chart seconds "Kernel compile: $TREE, make $CONFIG -j$JOBS (median of $REPEAT)" time
+bench_chart seconds "Kernel compile: $TREE, make $CONFIG -j$JOBS ($(bench_rounds median "$REPEAT"))" time

@@ -448,6 +448,10 @@ bench_median() {
         printf "%.3f\n", m }'
 }
 
+# bench_rounds HOW N: how a figure came from N rounds, for titles: "1 round" (one figure:
+# neither a median nor a best of anything) or "HOW of N rounds" (HOW: median, best).
+bench_rounds() { if [ "$2" = 1 ]; then echo "1 round"; else echo "$1 of $2 rounds"; fi; }
+
 # ratio A B = A / B with two decimals ("n/a" if either is missing or B is 0).
 bench_ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b + 0 == 0) print "n/a"; else printf "%.2f\n", a / b }'
@@ -599,16 +603,27 @@ bench_chart() {
                 printf "\n"
             } }' "$BENCH_CSV" >"$dat"
     ncol=$(head -n 1 "$dat" | awk -F'\t' '{ print NF }')
-    local max yscale="set yrange [0:*]" subtitle ylabel
+    local yscale subtitle ylabel
     subtitle="$what of each file system over $(bench_fs_label "$ref")'s in the same run: lower is better"
     ylabel="$what relative to $(bench_fs_label "$ref")"
     if [ $nfs = 1 ]; then
         subtitle="$(bench_fs_label "$ref"), $what in $unit: lower is better"
         ylabel="$what ($unit)"
     fi
-    max=$(awk -F'\t' 'NR > 1 { for (i = 2; i <= NF; i++) if ($i != "?" && $i > m) m = $i } END { print m + 0 }' "$dat")
-    # Bars more than 30 times the reference's would flatten the rest: a log scale then.
-    [ $nfs -gt 1 ] && awk -v m="$max" 'BEGIN { exit !(m > 30) }' && yscale="set logscale y 10"
+    # Bars spanning more than 30 times (largest over smallest) would flatten the small ones on
+    # a linear axis: a log axis then. Its bottom is a decade below the power of ten under the
+    # smallest bar, so every bar is at least a decade tall: gnuplot's autoscale starts at that
+    # power of ten itself (at 1 when the reference's bars, all 1, are the smallest: they
+    # vanished). Under 30 times, a linear axis from 0 shows every bar.
+    yscale=$(awk -F'\t' -v several=$((nfs > 1)) '
+        function floor(x) { return (x >= 0 || x == int(x)) ? int(x) : int(x) - 1 }
+        NR > 1 { for (i = 2; i <= NF; i++) if ($i != "?" && $i > 0) {
+            if (max == "" || $i > max) max = $i
+            if (min == "" || $i < min) min = $i } }
+        END {
+            if (several && min > 0 && max / min > 30)
+                printf "set logscale y 10; set yrange [%g:*]", 10 ^ (floor(log(min) / log(10)) - 1)
+            else print "set yrange [0:*]" }' "$dat")
     local nphases width
     nphases=$(($(wc -l <"$dat") - 1))
     width=$((300 + nphases * (ncol - 1) * 28 + nphases * 30))

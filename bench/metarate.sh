@@ -54,7 +54,7 @@ for fs in $FS_LIST; do
     mnt="$BENCH_TMP/mnt-$fs"
     bench_log "$(bench_fs_label "$fs"): mkfs + mount"
     fs_mount "$fs" "$mnt" "$SIZE"
-    bench_log "$(bench_fs_label "$fs"): workers $WORKERS, $FILES files each, best of $ROUNDS"
+    bench_log "$(bench_fs_label "$fs"): workers $WORKERS, $FILES files each, $(bench_rounds best "$ROUNDS")"
     while read -r _ w p r; do
         R[$fs|${w#workers=}|${p#phase=}]=${r#ops_per_sec=}
     done < <("$METARATE" "$mnt" --workers "$WORKERS" --files "$FILES" --rounds "$ROUNDS")
@@ -63,8 +63,8 @@ done
 
 IFS=, read -r -a WS <<<"$WORKERS"
 echo
-echo "Metadata ops/s by concurrent workers (own directory each, $FILES files per worker, best of" \
-    "$ROUNDS); $(nproc) CPUs, kernel $(uname -r)"
+echo "Metadata ops/s by concurrent workers (own directory each, $FILES files per worker," \
+    "$(bench_rounds best "$ROUNDS")); $(nproc) CPUs, kernel $(uname -r)"
 echo "scale = rate with W workers / rate with ${WS[0]}; x memfs = share of the FUSE ceiling"
 for phase in create stat unlink; do
     echo
@@ -93,4 +93,4 @@ for fs in $FS_LIST; do
         done
     done
 done
-bench_chart us_per_op "Metadata rates: $FILES files per worker, workers ${WORKERS//,/, } (best of $ROUNDS)" "time per operation"
+bench_chart us_per_op "Metadata rates: $FILES files per worker, workers ${WORKERS//,/, } ($(bench_rounds best "$ROUNDS"))" "time per operation"

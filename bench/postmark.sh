@@ -203,10 +203,10 @@ echo
 if [ "$PROCS" -gt 1 ]; then
     echo "PostMark, $PROCS processes at once (each in its own directory of the mount), each:" \
         "$FILES files of $MIN_SIZE-$MAX_SIZE B in $SUBDIRS subdirectories, $TRANSACTIONS transactions;" \
-        "median of $REPEAT round(s); $(nproc) CPUs, kernel $(uname -r)"
+        "$(bench_rounds median "$REPEAT"); $(nproc) CPUs, kernel $(uname -r)"
 else
     echo "PostMark: $FILES files of $MIN_SIZE-$MAX_SIZE B in $SUBDIRS subdirectories, $TRANSACTIONS transactions;" \
-        "median of $REPEAT round(s); $(nproc) CPUs, kernel $(uname -r)"
+        "$(bench_rounds median "$REPEAT"); $(nproc) CPUs, kernel $(uname -r)"
 fi
 echo "x $(bench_fs_label "$REF") = $(bench_fs_label "$REF")'s time / this one's (or rate / its rate): above 1 = faster than $(bench_fs_label "$REF")"
 [ -n "$CEIL" ] && echo "t/memfs = this one's time / memfs's (the FUSE ceiling's): above 1 = slower than the ceiling"
@@ -268,7 +268,7 @@ for fs in $FS_LIST; do
         for k in $(seq 1 "$PROCS"); do bench_row "$fs" "process $k" seconds_process "${M[$fs|p$k]}" s; done
     fi
 done
-bench_chart seconds "PostMark$([ "$PROCS" -gt 1 ] && echo ", $PROCS processes at once, each"): $FILES files, $SUBDIRS subdirectories, $TRANSACTIONS transactions (median of $REPEAT)" time
+bench_chart seconds "PostMark$([ "$PROCS" -gt 1 ] && echo ", $PROCS processes at once, each"): $FILES files, $SUBDIRS subdirectories, $TRANSACTIONS transactions ($(bench_rounds median "$REPEAT"))" time
 if [ -n "$FUSE_OPS" ]; then
     echo
     echo "FUSE requests during the run (round 1): total, then by kind:"

@@ -113,7 +113,7 @@ med() { # VARIANT PHASE
     bench_median "${v[@]}"
 }
 echo
-echo "Warm scans of read-only mounts: $BENCH_TAR_TREE ($BENCH_TAR_ENTRIES entries), median of $REPEAT round(s); $(nproc) CPUs, kernel $(uname -r)"
+echo "Warm scans of read-only mounts: $BENCH_TAR_TREE ($BENCH_TAR_ENTRIES entries), $(bench_rounds median "$REPEAT"); $(nproc) CPUs, kernel $(uname -r)"
 echo "x ext4 = this one's time / kernel ext4's (below 2 meets issue 11's target for the scans)"
 echo
 printf '%-22s %10s %10s %10s %10s\n' "variant" "find s" "grep s" "find x ext4" "grep x ext4"
@@ -134,4 +134,4 @@ if [ -n "$FUSE_OPS" ]; then
         printf '  %-16s %s\n' "-o ${variant#dualfs }" "${T[$variant|ops|1]}"
     done
 fi
-bench_chart seconds "Warm scans of read-only mounts: $BENCH_TAR_TREE (median of $REPEAT)" time
+bench_chart seconds "Warm scans of read-only mounts: $BENCH_TAR_TREE ($(bench_rounds median "$REPEAT"))" time

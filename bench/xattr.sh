@@ -49,7 +49,7 @@ run_column() { # COLUMN FS [--no-xattr]
     shift 2
     bench_log "$col: mkfs + mount"
     fs_mount "$fs" "$mnt" "$SIZE"
-    bench_log "$col: $FILES files, $WRITE_MIB MiB of 4 KiB writes, best of $ROUNDS"
+    bench_log "$col: $FILES files, $WRITE_MIB MiB of 4 KiB writes, $(bench_rounds best "$ROUNDS")"
     while read -r _ p r _; do
         R[$col|${p#phase=}]=${r#rate=}
     done < <("$XATTR" "$mnt" --files "$FILES" --write-mib "$WRITE_MIB" --rounds "$ROUNDS" "$@")
@@ -68,7 +68,7 @@ if [ -n "$BASE" ]; then
 fi
 
 echo
-echo "Extended attributes: $FILES files, $WRITE_MIB MiB of 4 KiB pwrites + fsync, best of $ROUNDS;" \
+echo "Extended attributes: $FILES files, $WRITE_MIB MiB of 4 KiB pwrites + fsync, $(bench_rounds best "$ROUNDS");" \
     "$(nproc) CPUs, kernel $(uname -r)"
 printf '%-16s %10s %14s %6s   %9s %14s %6s\n' "file system" "create/s" "create+2xattr/s" "ratio" \
     "4K MiB/s" "4K+xattr MiB/s" "ratio"

@@ -55,6 +55,10 @@ if [ -f "$MANIFEST" ]; then
     done <"$MANIFEST"
     rm -f "$MANIFEST"
     rmdir "$(dirname "$MANIFEST")" 2>/dev/null || true
+    # The manual pages just removed leave man's index.
+    if command -v mandb >/dev/null; then
+        mandb -q || true
+    fi
 else
     echo "down.sh: $MANIFEST not found: nothing recorded as installed by up.sh"
 fi

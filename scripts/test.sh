@@ -9,22 +9,53 @@
 #   4. each cargo-fuzz target for a few seconds (fuzz/run.sh; cargo-fuzz on stable Rust via
 #      RUSTC_BOOTSTRAP=1, installed if missing). The seeded hostile-image test in step 1 is
 #      the deterministic part; this catches what a short random run finds.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   Every step runs even when an earlier one failed (cargo test with --no-fail-fast: every
+#   test binary), so one failure does not hide the rest; a summary with a line per step ends
+#   the run, and the exit status is 1 when any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+summary=()
+failed=0
+# run_step NAME COMMAND...: runs COMMAND, records "passed" or "FAILED" for the summary.
+run_step() {
+    local name=$1 started=$SECONDS status=0
+    shift
+    echo "=== scripts/test.sh: $name"
+    "$@" || status=$?
+    if [ "$status" -eq 0 ]; then
+        summary+=("passed  $name ($((SECONDS - started)) s)")
+    else
+        summary+=("FAILED  $name (exit $status, $((SECONDS - started)) s)")
+        failed=1
+    fi
+}
+benchmark_check() {
+    # The printed summary is kept beside the CSV for check-out.sh (NAME.txt).
+    bench/postmark.sh --files 300 --transactions 600 --subdirs 5 --image-size 1G --out "$bench_out" |
+        tee "$bench_out/postmark.txt" &&
+        bench/check-out.sh "$bench_out" postmark "dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
+}
 # Build every binary first: integration tests run the sibling crates' programs
 # (dualfs-cleaner, mkfs-dualfs, fsck-dualfs), which `cargo test` alone only builds as test
 # harnesses, not as target/release/<name>.
-cargo build --workspace --release --locked --bins
-cargo test --workspace --release --locked
+run_step "build (cargo build --workspace --bins)" cargo build --workspace --release --locked --bins
+run_step "tests (cargo test --workspace)" cargo test --workspace --release --locked --no-fail-fast
 # The POSIX, persistence, attribute and ACL tests again with the kernel's writeback cache
 # (-o writeback_cache),
 # where writes, times and errors reach the daemon later and by other paths.
-DUALFS_TEST_EXTRA_OPTS=writeback_cache cargo test --release --locked \
+run_step "tests again with -o writeback_cache" env DUALFS_TEST_EXTRA_OPTS=writeback_cache \
+    cargo test --release --locked --no-fail-fast \
     --test posix_files --test posix_attr --test posix_dirs --test posix_perms \
     --test posix_rename --test posix_falloc --test persistence --test threads --test shutdown \
     --test node_ids --test inode_flags --test shutdown_ioctl --test xattr --test acl
 bench_out=$(mktemp -d "${TMPDIR:-/var/tmp}/dualfs-test-bench.XXXXXX")
 trap 'rm -rf "$bench_out"' EXIT
-bench/postmark.sh --files 300 --transactions 600 --subdirs 5 --image-size 1G --out "$bench_out"
-bench/check-out.sh "$bench_out" postmark "dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
-fuzz/run.sh "${DUALFS_FUZZ_SECONDS:-5}"
+run_step "benchmark check (bench/postmark.sh --out, bench/check-out.sh)" benchmark_check
+run_step "fuzz (fuzz/run.sh)" fuzz/run.sh "${DUALFS_FUZZ_SECONDS:-5}"
+echo "=== scripts/test.sh: summary"
+printf '%s\n' "${summary[@]}"
+if [ "$failed" -ne 0 ]; then
+    echo "scripts/test.sh: FAILED (see the steps above)"
+    exit 1
+fi
+echo "scripts/test.sh: every step passed"

@@ -7,9 +7,11 @@
 #
 # Installs (stripped; the build tree keeps its debug info): dualfs, mkfs-dualfs (and
 # mkfs.dualfs), fsck-dualfs (and fsck.dualfs), dualfs-cleaner under $DUALFS_PREFIX
-# (/usr/local), the mount(8) helper $DUALFS_SBIN/mount.dualfs (/sbin: where mount(8) looks),
-# and Debian's fuse3 if mount.fuse3 is missing (for `mount -t fuse.dualfs`). What it installed
-# is listed in $DUALFS_PREFIX/share/dualfs/installed; scripts/down.sh removes exactly that.
+# (/usr/local), the mount(8) and umount(8) helpers $DUALFS_SBIN/mount.dualfs and
+# umount.fuse.dualfs (/sbin: where they look),
+# their manual pages in $DUALFS_PREFIX/share/man/man8, and Debian's fuse3 if mount.fuse3 is
+# missing (for `mount -t fuse.dualfs`). What it installed is listed in
+# $DUALFS_PREFIX/share/dualfs/installed; scripts/down.sh removes exactly that.
 #
 # Unmount with: dualfs umount /mnt/dualfs      Undo everything: scripts/down.sh
 set -euo pipefail
@@ -52,11 +54,29 @@ link fsck-dualfs "$PREFIX/sbin/fsck.dualfs"
 install_binary dualfs-cleaner "$PREFIX/sbin"
 # mount -t dualfs, and fstab lines of type dualfs: mount(8) runs /sbin/mount.dualfs.
 link "$PREFIX/bin/dualfs" "$SBIN/mount.dualfs"
+# umount of a DualFS: umount(8) runs /sbin/umount.fuse.dualfs, which waits for the daemon's
+# final checkpoint, as umount does for a kernel file system.
+link "$PREFIX/bin/dualfs" "$SBIN/umount.fuse.dualfs"
 # mount -t fuse.dualfs, and fstab lines of that type: mount(8) runs mount.fuse3, which
 # runs `dualfs META MNT -o OPTIONS`.
 if ! command -v mount.fuse3 >/dev/null && [ ! -x /sbin/mount.fuse3 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3
     record "package fuse3"
+fi
+
+# Manual pages, which each program writes from its own option definitions.
+MAN8="$PREFIX/share/man/man8"
+rm -rf target/man8
+for program in dualfs mkfs-dualfs fsck-dualfs dualfs-cleaner; do
+    "target/release/$program" --generate-man-pages target/man8
+done
+install -d "$MAN8"
+for page in target/man8/*.8; do
+    install -m 644 "$page" "$MAN8/"
+    record "file $MAN8/$(basename "$page")"
+done
+if command -v mandb >/dev/null; then
+    mandb -q || true
 fi
 
 mkdir -p "$DIR" "$MNT"
@@ -74,5 +94,5 @@ fi
 echo "DualFS mounted at $MNT (metadata $META, data $DATA)"
 df -h "$MNT"
 echo "In /etc/fstab:  $META $MNT dualfs defaults 0 0"
-echo "Unmount with:   dualfs umount $MNT   (or umount $MNT; the daemon then writes its final checkpoint)"
+echo "Unmount with:   umount $MNT   (or dualfs umount $MNT; both wait for the final checkpoint)"
 echo "Undo all this:  scripts/down.sh      (the images in $DIR are kept; --images removes them)"

@@ -16,11 +16,13 @@ pub mod fuse;
 pub mod ioctl;
 pub mod lockcheck;
 pub mod log;
+pub mod man_pages;
 pub mod meta;
 pub mod mkfs;
 pub mod mountinfo;
 pub mod output;
 pub mod run_dir;
 pub mod tune;
+pub mod unmounted_daemon;
 
 pub use error::{FsError, Result};

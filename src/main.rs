@@ -64,9 +64,15 @@ enum Command {
 
 fn main() -> ExitCode {
     ensure_standard_streams_open();
+    if let Some(code) = dualfs::man_pages::generate_if_asked(man_pages) {
+        return code;
+    }
     let args: Vec<OsString> = std::env::args_os().collect();
     if cli::helper::invoked_as_helper(&args) {
         return cli::helper::run(args);
+    }
+    if cli::umount_helper::invoked_as_umount_helper(&args) {
+        return cli::umount_helper::run(args);
     }
     // The subcommands as clap knows them, so a new one is never taken for a META path.
     let command = Cli::command();
@@ -79,6 +85,15 @@ fn main() -> ExitCode {
         Command::Info(args) => cli::info::run(args),
         Command::Tune(args) => cli::tune::run(args),
     }
+}
+
+/// The manual pages of `dualfs`, its subcommands and the mount(8) helper.
+fn man_pages() -> Vec<dualfs::man_pages::Page> {
+    dualfs::man_pages::dualfs(
+        Cli::command(),
+        cli::helper::command(),
+        cli::options::MOUNT_OPTIONS,
+    )
 }
 
 /// Started with stdin, stdout or stderr closed, the program would open a device or
@@ -98,6 +113,12 @@ fn ensure_standard_streams_open() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every option and subcommand clap accepts has its entry in a page that man formats.
+    #[test]
+    fn the_manual_pages_document_every_option() {
+        dualfs::man_pages::verify(&man_pages()).unwrap_or_else(|problems| panic!("{problems}"));
+    }
 
     /// No subcommand, present or future, is taken for the META of mount(8)'s form.
     #[test]

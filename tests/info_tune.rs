@@ -1,7 +1,8 @@
 //! `dualfs info` and `dualfs tune` through the real program: info on a fresh and on a mounted
-//! file system (text and JSON), tune --label then info, tune --data onto a moved data image
-//! then a mount that finds it, and tune refused while mounted or onto another file system's
-//! data image (leaving the images as they were).
+//! file system (text and JSON), on a crashed one and on a mount whose daemon was killed,
+//! tune --label then info, tune --data onto a moved data image then a mount that finds it, and
+//! tune refused while mounted or onto another file system's data image (leaving the images as
+//! they were).
 
 #[macro_use]
 mod common;
@@ -339,4 +340,51 @@ fn info_after_a_crash_says_needs_recovery_and_writes_nothing() {
     assert_eq!(fs::read(fs.join("f")).unwrap().len(), 40 * 4096);
     fs.unmount();
     assert_eq!(info_json(&meta)["state"], "clean");
+}
+
+#[test]
+fn info_of_a_mount_whose_daemon_died_says_so_and_the_way_out() {
+    dualfs_only!();
+    let (_dir, meta, _data, mut fs) = mounted_with_a_file("k", "killed", 10);
+    unsafe { libc::kill(fs.daemon_pid() as i32, libc::SIGKILL) };
+    // The dead mount stays in the table (ENOTCONN) until unmounted; should an assertion
+    // fail, TestFs's drop detaches it.
+    let start = std::time::Instant::now();
+    // (statfs: a stat may come from the kernel's cache of the root's attributes.)
+    while nix::sys::statvfs::statvfs(fs.path()) != Err(nix::errno::Errno::ENOTCONN) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "no ENOTCONN"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mnt = fs.path().display().to_string();
+    let way_out = [
+        format!("mount point {mnt}: Transport endpoint is not connected"),
+        "a DualFS whose daemon died is still mounted there".to_string(),
+        format!("`dualfs umount {mnt}` takes it away"),
+        "then the next mount recovers it".to_string(),
+    ];
+    let j = info_json(&meta);
+    assert_eq!(
+        (j["state"].as_str(), j["mounted"].as_bool()),
+        (Some("daemon died"), Some(true)),
+        "{j}"
+    );
+    assert_eq!(j["mountpoint"], mnt.as_str());
+    let dead = j["dead_mount"].as_str().unwrap_or_default();
+    let text = info_text(&meta);
+    let state = field(&text, "State");
+    assert!(state.starts_with("daemon died: "), "{text}");
+    for words in &way_out {
+        assert!(dead.contains(words.as_str()), "{words:?} in {dead:?}");
+        assert!(state.contains(words.as_str()), "{words:?} in {state:?}");
+    }
+    // Gone from the table, it needs recovery; the next mount gives the file back.
+    fs.kill_daemon_hard();
+    assert_eq!(info_json(&meta)["state"], "needs recovery");
+    assert!(info_json(&meta)["dead_mount"].is_null());
+    fs.mount();
+    assert_eq!(fs::read(fs.join("f")).unwrap().len(), 10 * 4096);
+    fs.unmount();
 }

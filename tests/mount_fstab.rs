@@ -2,12 +2,17 @@
 //! OPTS`), `mount -t dualfs` (the /sbin/mount.dualfs helper), and /etc/fstab lines of both
 //! types mounted with `mount -T FSTAB MNT` and `mount -a -T FSTAB`, with the options fstab and
 //! systemd put there. The kernel type is `fuse.dualfs` and the source is META; `umount`
-//! (util-linux) ends the daemon cleanly; the checker is clean afterwards.
+//! (util-linux) ends the daemon cleanly, and returns only once the daemon wrote its final
+//! checkpoint (through the helper /sbin/umount.fuse.dualfs), also for a mount made by
+//! `dualfs mount`; `umount -l` stays lazy; the checker is clean afterwards. `mount -o
+//! remount,ro` and `remount,rw` turn a mount read-only (everything durable) and back, and
+//! refuse anything else.
 //!
 //! Needs util-linux's mount and Debian's fuse3 (mount.fuse3); `.ci/run` installs them.
-//! mount(8) looks for its helpers in /sbin and runs them without PATH, so each test links
-//! /sbin/mount.dualfs and /usr/local/sbin/dualfs to this build for its duration (and puts
-//! back whatever was there), as scripts/up.sh installs them for good.
+//! mount(8) and umount(8) look for their helpers in /sbin and run them without PATH, so each
+//! test links /sbin/mount.dualfs, /sbin/umount.fuse.dualfs and /usr/local/sbin/dualfs to this
+//! build for its duration (and puts back whatever was there), as scripts/up.sh installs them
+//! for good.
 
 mod common;
 
@@ -127,7 +132,11 @@ impl Drop for Images {
         let pid = fs::read_to_string(&pid_file)
             .ok()
             .and_then(|t| t.trim().parse().ok());
-        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        // Without the helper (-i): the cleanup must not depend on the build under test.
+        let _ = Command::new("umount")
+            .args(["-i", "-l"])
+            .arg(&self.mnt)
+            .status();
         if let Some(pid) = pid {
             std::thread::sleep(Duration::from_secs(2));
             if process_running(pid) {
@@ -164,15 +173,20 @@ fn assert_success(out: &Output, what: &str) {
     );
 }
 
-/// Where mount(8) finds this build while the guard lives (one test at a time): the helper
-/// /sbin/mount.dualfs (type dualfs) and /usr/local/sbin/dualfs, first on the default path
-/// of mount.fuse3's shell (type fuse.dualfs). Whatever was there is put back.
+/// Where mount(8) and umount(8) find this build while the guard lives (one test at a time):
+/// the helpers /sbin/mount.dualfs (type dualfs) and /sbin/umount.fuse.dualfs, and
+/// /usr/local/sbin/dualfs, first on the default path of mount.fuse3's shell (type
+/// fuse.dualfs). Whatever was there is put back.
 struct SystemLinks {
     links: Vec<(PathBuf, Option<PathBuf>)>,
     _one_at_a_time: MutexGuard<'static, ()>,
 }
 
-const LINKS: [&str; 2] = ["/sbin/mount.dualfs", "/usr/local/sbin/dualfs"];
+const LINKS: [&str; 3] = [
+    "/sbin/mount.dualfs",
+    "/sbin/umount.fuse.dualfs",
+    "/usr/local/sbin/dualfs",
+];
 
 impl SystemLinks {
     fn install() -> SystemLinks {
@@ -229,13 +243,14 @@ fn fstab_line_of_type_fuse_dualfs_mounts_with_mount_mountpoint() {
     img.umount_and_check();
 }
 
-/// The lines of libmount's userspace table (/run/mount/utab) for mount point `mnt`.
+/// The lines mount(8) wrote in libmount's userspace table (/run/mount/utab) for mount point
+/// `mnt` (not the daemon's own line, which makes umount(8) run the helper).
 fn utab_lines(mnt: &str) -> Vec<String> {
     let target = format!("TARGET={mnt}");
     fs::read_to_string("/run/mount/utab")
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.split(' ').any(|f| f == target))
+        .filter(|l| l.split(' ').any(|f| f == target) && !l.contains("OPTS=x-dualfs.daemon="))
         .map(str::to_string)
         .collect()
 }
@@ -369,5 +384,272 @@ fn mount_refuses_unknown_options_unless_sloppy() {
     ]);
     assert_success(&out, "mount -s -t dualfs -o frobnicate");
     img.assert_mounted();
+    img.umount_and_check();
+}
+
+/// The pid file of the daemon serving `img`'s mount point, and the pid in it.
+fn daemon_of(img: &Images) -> (PathBuf, i32) {
+    let pid_file = dualfs::run_dir::run_file_path(&img.mnt, "pid");
+    let pid = fs::read_to_string(&pid_file)
+        .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+        .trim()
+        .parse()
+        .unwrap();
+    (pid_file, pid)
+}
+
+/// Files written through the mount (no fsync): the final checkpoint has them to write.
+fn write_files(img: &Images, round: usize, n: usize) {
+    let dir = img.mnt.join(format!("round{round}"));
+    fs::create_dir(&dir).unwrap();
+    for i in 0..n {
+        fs::write(dir.join(format!("f{i}")), content(i as u64, 4096 + i)).unwrap();
+    }
+}
+
+fn fsck_bin() -> PathBuf {
+    let fsck = dualfs_bin().with_file_name("fsck-dualfs");
+    assert!(
+        fsck.is_file(),
+        "{} missing: build the workspace first (cargo build --workspace --release --bins)",
+        fsck.display()
+    );
+    fsck
+}
+
+/// A plain `umount MNT` returns only once the daemon wrote its final checkpoint and let go of
+/// the images, as for a kernel file system (xfstests' generic/524 mounts again at once), also
+/// for a mount made by `dualfs mount` rather than mount(8). Before the helper, umount returned
+/// first and the next mount failed with "in use".
+#[test]
+fn umount_returns_after_the_final_checkpoint_so_the_images_mount_again_at_once() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    for round in 0..10 {
+        let out = Command::new(dualfs_bin())
+            .args(["mount", img.meta(), img.mnt()])
+            .output()
+            .unwrap();
+        assert_success(
+            &out,
+            &format!("round {round}: dualfs mount right after umount"),
+        );
+        write_files(&img, round, 200);
+        let (pid_file, pid) = daemon_of(&img);
+        assert_success(
+            &Command::new("umount").arg(&img.mnt).output().unwrap(),
+            &format!("round {round}: umount"),
+        );
+        assert!(
+            !process_running(pid),
+            "round {round}: umount returned while the daemon (pid {pid}) was still running"
+        );
+        assert!(
+            !pid_file.exists(),
+            "round {round}: the daemon exited without a clean final checkpoint"
+        );
+    }
+    if let Err(report) = check_pair(&img.meta, &img.data) {
+        panic!("{report}");
+    }
+}
+
+/// `umount MNT && fsck.dualfs -n META`: the check finds the images free and clean, not "in
+/// use" by a daemon still writing its final checkpoint.
+#[test]
+fn fsck_right_after_umount_finds_the_file_system_clean() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    assert_success(
+        &mount8(&["-t", "dualfs", img.meta(), img.mnt()]),
+        "mount -t dualfs",
+    );
+    write_files(&img, 0, 500);
+    assert_success(
+        &Command::new("umount").arg(&img.mnt).output().unwrap(),
+        "umount",
+    );
+    let out = Command::new(fsck_bin())
+        .args(["-n", img.meta()])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.contains("clean") && !said.contains("in use"),
+        "fsck-dualfs -n right after umount: {}\n{said}",
+        out.status
+    );
+}
+
+/// `umount -l` goes through the helper too and keeps its meaning: the mount leaves the tree
+/// at once, the daemon serves the file still open and ends (final checkpoint) at its close.
+#[test]
+fn umount_lazy_detaches_at_once_and_the_daemon_ends_with_its_last_user() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    let out = Command::new(dualfs_bin())
+        .args(["mount", img.meta(), img.mnt()])
+        .output()
+        .unwrap();
+    assert_success(&out, "dualfs mount");
+    fs::write(img.mnt.join("held"), b"still readable").unwrap();
+    let mut held = fs::File::open(img.mnt.join("held")).unwrap();
+    let (pid_file, pid) = daemon_of(&img);
+    assert_success(
+        &Command::new("umount")
+            .args(["-l", img.mnt()])
+            .output()
+            .unwrap(),
+        "umount -l of a busy mount",
+    );
+    assert!(
+        !is_mounted(&img.mnt),
+        "umount -l left the mount in the tree"
+    );
+    assert!(
+        process_running(pid),
+        "the daemon ended while a file on the mount was still open"
+    );
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut held, &mut text).unwrap();
+    assert_eq!(text, "still readable");
+    drop(held);
+    let start = Instant::now();
+    while process_running(pid) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the daemon (pid {pid}) still runs a minute after its last user left"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !pid_file.exists(),
+        "no clean final checkpoint after umount -l"
+    );
+    if let Err(report) = check_pair(&img.meta, &img.data) {
+        panic!("{report}");
+    }
+}
+
+/// Is the mount on `img` read-only, as /proc/self/mountinfo shows it?
+fn mounted_read_only(img: &Images) -> bool {
+    let table = dualfs::mountinfo::read().unwrap();
+    dualfs::mountinfo::topmost_at(&table, &img.mnt)
+        .expect("mounted")
+        .is_read_only()
+}
+
+/// `mount -o remount,ro` turns a mount read-only with everything on the devices (as `dualfs
+/// sync` would have it, and a clean checkpoint: a daemon killed then loses nothing);
+/// `remount,rw` turns it back.
+#[test]
+fn remount_ro_makes_everything_durable_and_remount_rw_undoes_it() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    assert_success(
+        &mount8(&["-t", "fuse.dualfs", img.meta(), img.mnt()]),
+        "mount -t fuse.dualfs",
+    );
+    fs::write(img.mnt.join("before"), b"written before remount,ro").unwrap();
+    assert_success(
+        &mount8(&["-o", "remount,ro", img.mnt()]),
+        "mount -o remount,ro",
+    );
+    assert!(mounted_read_only(&img));
+    for write in [img.mnt.join("new"), img.mnt.join("before")] {
+        let e = fs::write(&write, b"x").unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EROFS),
+            "{}: {e}",
+            write.display()
+        );
+    }
+    assert_success(
+        &mount8(&["-o", "remount,rw", img.mnt()]),
+        "mount -o remount,rw",
+    );
+    assert!(!mounted_read_only(&img));
+    fs::write(img.mnt.join("after"), b"written after remount,rw").unwrap();
+    assert_success(
+        &mount8(&["-o", "remount,ro", img.mnt()]),
+        "mount -o remount,ro (again)",
+    );
+
+    // Nothing is left to write: the daemon's death loses nothing, and needs no recovery.
+    let (_, pid) = daemon_of(&img);
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    while process_running(pid) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sys::umount2(&img.mnt, libc::MNT_DETACH).unwrap();
+    if let Err(report) = check_pair(&img.meta, &img.data) {
+        panic!("after remount,ro and kill -9: {report}");
+    }
+    let info = run_ok(Command::new(dualfs_bin()).args(["info", img.meta()]));
+    assert!(
+        info.lines()
+            .any(|l| l.starts_with("State") && l.ends_with("clean")),
+        "{info}"
+    );
+    assert_success(
+        &mount8(&["-t", "fuse.dualfs", img.meta(), img.mnt()]),
+        "mount again",
+    );
+    assert_eq!(
+        fs::read(img.mnt.join("before")).unwrap(),
+        b"written before remount,ro"
+    );
+    assert_eq!(
+        fs::read(img.mnt.join("after")).unwrap(),
+        b"written after remount,rw"
+    );
+    img.umount_and_check();
+}
+
+/// What a remount cannot change is refused in one line, the mount left as it was: another
+/// option than ro/rw, and read-write for a mount made read-only (its devices are open
+/// read-only, and the kernel opens its files without DualFS).
+#[test]
+fn remount_refuses_what_it_cannot_change_and_leaves_the_mount_as_it_was() {
+    let _links = SystemLinks::install();
+    let img = Images::new();
+    let refused = |args: &[&str], expected: &str| {
+        let out = mount8(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "mount {args:?} was not refused");
+        assert!(
+            stderr.contains(expected) && stderr.trim_end().lines().count() == 1,
+            "mount {args:?}: {stderr}"
+        );
+    };
+    assert_success(
+        &mount8(&["-t", "fuse.dualfs", img.meta(), img.mnt()]),
+        "mount -t fuse.dualfs",
+    );
+    refused(
+        &["-o", "remount,ro,noatime", img.mnt()],
+        "noatime would change",
+    );
+    assert!(!mounted_read_only(&img));
+    fs::write(img.mnt.join("still-rw"), b"x").unwrap();
+    img.umount_and_check();
+
+    assert_success(
+        &mount8(&["-t", "dualfs", img.meta(), img.mnt(), "-o", "ro"]),
+        "mount -t dualfs -o ro",
+    );
+    refused(&["-o", "remount,rw", img.mnt()], "it was mounted read-only");
+    assert!(mounted_read_only(&img));
+    let e = fs::write(img.mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert_success(
+        &mount8(&["-o", "remount,ro", img.mnt()]),
+        "mount -o remount,ro of a read-only mount",
+    );
     img.umount_and_check();
 }

@@ -602,3 +602,29 @@ fn fallocate_punch_zero_and_copy_into_take_set_ids_away_unless_root_makes_them()
         assert_eq!(perm(&lstat(&f)), 0o6777, "{way} by root");
     }
 }
+
+/// A mount made by root without `allow_other` is open to every user, as a kernel file system
+/// is (DEFAULT_MOUNT_OPTS gives allow_other; this mount does not); the permission bits still
+/// decide, the kernel checking them (default_permissions is always on). `allow_root` keeps
+/// every other user out.
+#[test]
+fn a_mount_by_root_is_open_to_every_user_unless_allow_root() {
+    let fs = TestFs::builder().mount_opts("").mount();
+    file_of(&fs.join("shared"), (0, 0), 0o644);
+    file_of(&fs.join("private"), (0, 0), 0o600);
+    as_user(ALICE.0, ALICE.1, || {
+        assert_eq!(fs::metadata(fs.join("shared")).unwrap().len(), 7);
+        assert_eq!(fs::read(fs.join("shared")).unwrap(), b"content");
+        assert_errno!(fs::read(fs.join("private")), libc::EACCES);
+    });
+    if !fs.is_dualfs() {
+        return;
+    }
+    drop(fs);
+    let fs = TestFs::builder().mount_opts("allow_root").mount();
+    file_of(&fs.join("shared"), (0, 0), 0o644);
+    assert_eq!(fs::read(fs.join("shared")).unwrap(), b"content");
+    as_user(ALICE.0, ALICE.1, || {
+        assert_errno!(fs::metadata(fs.join("shared")), libc::EACCES);
+    });
+}

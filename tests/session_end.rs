@@ -230,3 +230,61 @@ fn umount_force_of_an_idle_mount_ends_consistently() {
     assert!(!is_mounted(fs.path()));
     consistent_with_files(&mut fs, 20);
 }
+
+/// umount(2) returns before the daemon's final checkpoint, and no helper can make the system
+/// call wait: a `dualfs mount` or an fsck of the same images right after it waits for the
+/// daemon to let go of them (its mount is gone), instead of failing with "in use".
+#[test]
+fn mount_and_fsck_right_after_umount2_wait_for_the_final_checkpoint() {
+    // Nothing is logged before the unmount: the final checkpoint has every file to write.
+    let mut fs = TestFs::builder()
+        .mount_opts("allow_other,flush_interval=3600,checkpoint_interval=3600")
+        .mount();
+    if !fs.is_dualfs() {
+        return;
+    }
+    let (meta, data, mnt) = (
+        fs.meta_path().to_path_buf(),
+        fs.data_path().to_path_buf(),
+        fs.path().to_path_buf(),
+    );
+    write_files(&fs, 3000);
+    sys::umount2(&mnt, 0).unwrap();
+    let out = std::process::Command::new(dualfs_bin())
+        .args([
+            "mount".as_ref(),
+            meta.as_os_str(),
+            data.as_os_str(),
+            mnt.as_os_str(),
+            "-o".as_ref(),
+            "flush_interval=3600,checkpoint_interval=3600".as_ref(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dualfs mount right after umount(2): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    files_are_there(&fs, 3000);
+    fs::write(mnt.join("d/second"), b"written by the second mount").unwrap();
+    sys::umount2(&mnt, 0).unwrap();
+    let fsck = dualfs_bin().with_file_name("fsck-dualfs");
+    let out = std::process::Command::new(&fsck)
+        .arg("-n")
+        .args([&meta, &data])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (build the workspace first)", fsck.display()));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.contains("clean") && !said.contains("in use"),
+        "fsck-dualfs -n right after umount(2): {}\n{said}",
+        out.status
+    );
+    // The first daemon: exit 0, then the checker.
+    fs.unmounted_by_test();
+}

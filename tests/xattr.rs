@@ -412,7 +412,8 @@ fn canonical(dump: &str) -> Vec<Vec<String>> {
     blocks
 }
 
-/// `getfattr -d -m - -R` and `getfacl -R` of `dir`, run in it (relative names), canonical.
+/// `getfattr -d -m - -R` and `getfacl -R -n` of `dir`, run in it (relative names), canonical.
+/// Numeric ids: names would depend on the host's /etc/passwd (a user 1001 there is not "1001").
 fn dumps(dir: &Path) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
     let run = |cmd: &mut Command| {
         let out = cmd.current_dir(dir).output().expect("run getfattr/getfacl");
@@ -425,7 +426,7 @@ fn dumps(dir: &Path) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
     };
     let attrs =
         run(Command::new("getfattr").args(["-R", "-h", "-d", "-m", "-", "--absolute-names", "."]));
-    let acls = run(Command::new("getfacl").args(["-R", "-p", "."]));
+    let acls = run(Command::new("getfacl").args(["-R", "-p", "-n", "."]));
     (attrs, acls)
 }
 

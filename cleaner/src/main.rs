@@ -104,6 +104,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = dualfs::man_pages::generate_if_asked(|| {
+        dualfs::man_pages::cleaner(<Cli as clap::CommandFactory>::command())
+    }) {
+        return code;
+    }
     let cli = Cli::parse();
     if !(cli.interval.is_finite() && cli.interval > 0.0) {
         eprintln!("dualfs-cleaner: --interval must be a positive number of seconds");
@@ -621,4 +626,17 @@ fn daemonize(keep_stderr: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every option clap accepts has its entry in the page.
+    #[test]
+    fn the_manual_page_documents_every_option() {
+        let pages = dualfs::man_pages::cleaner(Cli::command());
+        dualfs::man_pages::verify(&pages).unwrap_or_else(|problems| panic!("{problems}"));
+    }
 }

@@ -4,6 +4,7 @@
 
 use dualfs::device::{is_mounted, BlockDevice, FileDevice, OpenMode};
 use dualfs::format::superblock::{Role, Superblock, SB_SIZE};
+use dualfs::unmounted_daemon::{wait_until_released, PATIENCE};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -46,6 +47,17 @@ pub fn open_pair(meta: &Path, data: Option<&Path>, access: Access) -> Result<Pai
             "{} is given as both the metadata and the data device",
             meta.display()
         ));
+    }
+    // umount(2) returns before the daemon's final checkpoint: give it the moment it needs
+    // (the devices are still opened exclusively, once it let go; see below). A check only
+    // goes on without it, as for any device in use.
+    for p in [&meta_path, &data_path] {
+        match wait_until_released(p, PATIENCE) {
+            Err(held) if access == Access::Repair => {
+                return Err(format!("{} is in use: {held}", p.display()))
+            }
+            _ => {}
+        }
     }
     let mut warning = None;
     let (meta_dev, data_dev) = match access {

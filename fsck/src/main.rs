@@ -122,6 +122,11 @@ fn program_name() -> String {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = dualfs::man_pages::generate_if_asked(|| {
+        dualfs::man_pages::fsck(<Cli as clap::CommandFactory>::command())
+    }) {
+        return code;
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let name = program_name();
     let cli = match Cli::try_parse() {
@@ -397,6 +402,32 @@ mod tests {
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// Every option clap accepts has its entry in the page (and fsck.dualfs shows it too).
+    #[test]
+    fn the_manual_page_documents_every_option() {
+        use clap::CommandFactory;
+        let pages = dualfs::man_pages::fsck(Cli::command());
+        dualfs::man_pages::verify(&pages).unwrap_or_else(|problems| panic!("{problems}"));
+    }
+
+    /// The page's EXIT STATUS lists exactly the codes fsck ends with (REBOOT is never one).
+    #[test]
+    fn the_manual_page_lists_every_exit_code() {
+        let documented: Vec<&str> = dualfs::man_pages::FSCK_EXIT_STATUS
+            .iter()
+            .map(|(code, _)| *code)
+            .collect();
+        let codes = [
+            exit::CLEAN,
+            exit::CORRECTED,
+            exit::UNCORRECTED,
+            exit::OPERATIONAL,
+            exit::USAGE,
+        ];
+        let codes: Vec<String> = codes.iter().map(u8::to_string).collect();
+        assert_eq!(documented, codes);
     }
 
     #[test]

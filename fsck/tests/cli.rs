@@ -63,7 +63,16 @@ fn clean_file_system() {
         expect(CLEAN, fsck(&[&mode, &img.meta]));
         let out = expect(CLEAN, fsck(&[&"-f", &mode, &img.meta]));
         assert!(!out.contains("error ["), "{mode}: {out}");
-        expect(CLEAN, fsck(&[&"-f", &"-v", &mode, &img.meta, &img.data]));
+        let out = expect(CLEAN, fsck(&[&"-f", &"-v", &mode, &img.meta, &img.data]));
+        // The log after the clean checkpoint simply ends: nothing there is damage. (Preening
+        // prints one line, notes or not.)
+        if !["-p", "-a"].contains(&mode) {
+            assert!(
+                out.contains("roll-forward: end of the log"),
+                "{mode}: {out}"
+            );
+        }
+        assert!(!out.contains("corrupt"), "{mode}: {out}");
     }
     assert!(before == img.digest(), "a clean file system was written to");
 }

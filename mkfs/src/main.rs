@@ -91,6 +91,11 @@ struct Cli {
 const USAGE_ERROR: u8 = 2;
 
 fn main() -> ExitCode {
+    if let Some(code) = dualfs::man_pages::generate_if_asked(|| {
+        dualfs::man_pages::mkfs(<Cli as clap::CommandFactory>::command())
+    }) {
+        return code;
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -356,6 +361,14 @@ mod tests {
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// Every option clap accepts has its entry in the page (and mkfs.dualfs shows it too).
+    #[test]
+    fn the_manual_page_documents_every_option() {
+        use clap::CommandFactory;
+        let pages = dualfs::man_pages::mkfs(Cli::command());
+        dualfs::man_pages::verify(&pages).unwrap_or_else(|problems| panic!("{problems}"));
     }
 
     fn params_from(args: &[&str]) -> Result<MkfsParams, String> {

@@ -379,7 +379,19 @@ fn report_roll_forward(sink: &mut Sink, cp: &Checkpoint, rep: &RecoveryReport) {
             ),
         );
     }
-    sink.note(|| format!("roll-forward stopped: {}", rep.stop_reason));
+    if rep.end_of_log {
+        sink.note(|| {
+            format!(
+                "roll-forward: end of the log after {} partial segments since checkpoint {} \
+                 ({})",
+                rep.partial_segments + rep.discarded,
+                cp.serial,
+                rep.stop_reason
+            )
+        });
+    } else {
+        sink.note(|| format!("roll-forward stopped: {}", rep.stop_reason));
+    }
 }
 
 /// The checkpoint's log head and next segment can be where the log continues (errors

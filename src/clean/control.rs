@@ -18,6 +18,8 @@
 //! <- {"result":"cleaned","cleaned":[17,52],"refused":[],...}
 //! -> {"op":"sync"}
 //! <- {"result":"synced"}
+//! -> {"op":"remount","options":["ro,nosuid,nodev,relatime,remount"]}
+//! <- {"result":"remounted","read_only":true}
 //! ```
 
 use super::{Policy, ThresholdUpdate, Thresholds};
@@ -64,6 +66,12 @@ pub enum Request {
     /// Make everything written before this request durable (`dualfs sync`): one log commit
     /// of everything dirty, with the data device flushed before it. Answered `synced`.
     Sync,
+    /// Remount (`mount -o remount,ro MOUNTPOINT`): the `-o` lists as mount(8) passes them,
+    /// for the mount program to interpret. A mount changes between read-write and read-only
+    /// and refuses to change anything else. Answered `remounted`.
+    Remount {
+        options: Vec<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,6 +87,9 @@ pub enum Response {
     Cleaned(PassReport),
     Thresholds(Thresholds),
     Synced,
+    Remounted {
+        read_only: bool,
+    },
     Error {
         errno: i32,
         message: String,
@@ -204,6 +215,14 @@ impl Client {
     pub fn sync(&mut self) -> io::Result<()> {
         match self.call_ok(&Request::Sync)? {
             Response::Synced => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Remount with these `-o` lists; whether the mount is read-only now.
+    pub fn remount(&mut self, options: Vec<String>) -> io::Result<bool> {
+        match self.call_ok(&Request::Remount { options })? {
+            Response::Remounted { read_only } => Ok(read_only),
             other => Err(unexpected(&other)),
         }
     }

@@ -3,6 +3,7 @@
 //! get answers. It lives with the program, not in the library: it only calls the core's
 //! plain API (`Fs::cleaner_status`, `clean_pass`, `attach_daemon`, ...).
 
+use super::remount::Remounter;
 use dualfs::clean::control::{
     encode_line, PassReport, Request, Response, MAX_LINE, PROTOCOL_VERSION,
 };
@@ -17,6 +18,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+/// Why a remount was refused: an errno and a line for the person who asked.
+#[derive(Debug)]
+pub struct RemountRefused {
+    pub errno: i32,
+    pub message: String,
+}
 
 /// The listening socket and its connections; `stop` (or drop) ends them all.
 pub struct ControlServer {
@@ -69,12 +77,13 @@ pub fn peer_of(s: &UnixStream) -> io::Result<Peer> {
 
 impl ControlServer {
     /// Listen on `path` (replacing a stale socket there), mode 0600, owned by this process's
-    /// user; serve root and `owner`.
+    /// user; serve root and `owner`. Remounts go to `remounter` (none: refused).
     pub fn start(
         fs: Arc<Fs>,
         path: &Path,
         owner: u32,
         mountpoint: &Path,
+        remounter: Option<Arc<Remounter>>,
     ) -> io::Result<ControlServer> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -113,7 +122,15 @@ impl ControlServer {
             let mountpoint = mountpoint.display().to_string();
             std::thread::Builder::new()
                 .name("dualfs-control".into())
-                .spawn(move || accept_loop(fs, listener, stopping, shared, owner, mountpoint))?
+                .spawn(move || {
+                    let serving = Serving {
+                        fs,
+                        remounter,
+                        owner,
+                        mountpoint,
+                    };
+                    accept_loop(serving, listener, stopping, shared)
+                })?
         };
         Ok(ControlServer {
             path: path.to_path_buf(),
@@ -152,14 +169,21 @@ impl Drop for ControlServer {
     }
 }
 
-fn accept_loop(
+/// What every connection serves.
+struct Serving {
     fs: Arc<Fs>,
+    remounter: Option<Arc<Remounter>>,
+    owner: u32,
+    mountpoint: String,
+}
+
+fn accept_loop(
+    serving: Serving,
     listener: Arc<UnixListener>,
     stopping: Arc<AtomicBool>,
     shared: Arc<Shared>,
-    owner: u32,
-    mountpoint: String,
 ) {
+    let serving = Arc::new(serving);
     loop {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
@@ -176,11 +200,11 @@ fn accept_loop(
         let Ok(clone) = stream.try_clone() else {
             continue;
         };
-        let (fs, mountpoint) = (fs.clone(), mountpoint.clone());
+        let serving = serving.clone();
         let spawned = std::thread::Builder::new()
             .name("dualfs-control-conn".into())
             .spawn(move || {
-                if let Err(e) = serve_connection(&fs, stream, owner, &mountpoint) {
+                if let Err(e) = serve_connection(&serving, stream) {
                     log::debug!("control connection ended: {e}");
                 }
             });
@@ -192,7 +216,8 @@ fn accept_loop(
     }
 }
 
-fn serve_connection(fs: &Fs, stream: UnixStream, owner: u32, mountpoint: &str) -> io::Result<()> {
+fn serve_connection(serving: &Serving, stream: UnixStream) -> io::Result<()> {
+    let (fs, owner, mountpoint) = (&serving.fs, serving.owner, &serving.mountpoint);
     let peer = peer_of(&stream)?;
     let mut writer = stream.try_clone()?;
     if peer.uid != 0 && peer.uid != owner {
@@ -250,9 +275,24 @@ fn serve_connection(fs: &Fs, stream: UnixStream, owner: u32, mountpoint: &str) -
                     mountpoint: mountpoint.to_string(),
                 }
             }
+            Ok(Request::Remount { options }) => remount(serving.remounter.as_deref(), &options),
             Ok(req) => handle(fs, req),
         };
         writer.write_all(&encode_line(&response))?;
+    }
+}
+
+/// A remount: the daemon's own mount and its file system change together.
+fn remount(remounter: Option<&Remounter>, options: &[String]) -> Response {
+    let Some(remounter) = remounter else {
+        return Response::Error {
+            errno: libc::EPERM,
+            message: "this mount cannot be remounted: it was made through fusermount".into(),
+        };
+    };
+    match remounter.remount(options) {
+        Ok(read_only) => Response::Remounted { read_only },
+        Err(RemountRefused { errno, message }) => Response::Error { errno, message },
     }
 }
 
@@ -294,6 +334,10 @@ pub fn handle(fs: &Fs, req: Request) -> Response {
             max_segments,
         } => cleaned(fs.clean_pass(policy, max_segments.min(segments) as usize)),
         Request::GetThresholds => Response::Thresholds(fs.thresholds()),
+        Request::Remount { .. } => Response::Error {
+            errno: libc::EINVAL,
+            message: "a remount is answered by the connection".into(),
+        },
         Request::Sync => match fs.commit() {
             Ok(()) => Response::Synced,
             Err(e) => error(e),

@@ -1,20 +1,32 @@
 //! Opening the two devices, each locked against a second mount (see `dualfs::device::file`).
 
 use dualfs::device::{BlockDevice, FileDevice, OpenMode};
+use dualfs::unmounted_daemon::{wait_until_released, StillHeld, PATIENCE};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
 /// Open a device (image file or block device) for the core, exclusively: a second mount of
-/// the same device fails instead of corrupting it.
+/// the same device fails instead of corrupting it. A device held by the daemon of a file
+/// system just unmounted (umount(2) returns before its final checkpoint) is waited for.
 pub fn open_device(path: &Path, read_only: bool) -> io::Result<Arc<dyn BlockDevice>> {
-    let dev = FileDevice::open(
-        path,
-        OpenMode {
-            read_only,
-            exclusive: true,
-        },
-    )?;
+    let open = || {
+        FileDevice::open(
+            path,
+            OpenMode {
+                read_only,
+                exclusive: true,
+            },
+        )
+    };
+    let dev = match open() {
+        Err(e) if is_in_use(&e) => {
+            wait_until_released(path, PATIENCE)
+                .map_err(|held| io::Error::new(io::ErrorKind::ResourceBusy, held))?;
+            open()?
+        }
+        other => other?,
+    };
     Ok(Arc::new(dev))
 }
 
@@ -25,4 +37,9 @@ pub fn is_in_use(err: &io::Error) -> bool {
             err.raw_os_error(),
             Some(libc::EWOULDBLOCK) | Some(libc::EBUSY)
         )
+}
+
+/// The daemon of an unmounted file system that still held the device when the wait ended.
+pub fn still_held(err: &io::Error) -> Option<&StillHeld> {
+    err.get_ref()?.downcast_ref::<StillHeld>()
 }

@@ -47,7 +47,7 @@ pub fn with_mount_word(mut args: Vec<OsString>, subcommands: &[&str]) -> Vec<OsS
     version,
     about = "mount(8) helper for DualFS: `mount -t dualfs META MOUNTPOINT`, or an /etc/fstab \
              line `META MOUNTPOINT dualfs OPTIONS 0 0`",
-    after_help = super::options::OPTIONS_HELP
+    after_help = super::options::options_help()
 )]
 struct HelperArgs {
     /// The metadata device (the data device is the one recorded in it by mkfs)
@@ -77,6 +77,11 @@ struct HelperArgs {
     /// The type mount(8) was given: dualfs or fuse.dualfs
     #[arg(short = 't', value_name = "TYPE")]
     fs_type: Option<String>,
+}
+
+/// The helper's command line as clap has it, for its manual page (mount.dualfs(8)).
+pub fn command() -> clap::Command {
+    <HelperArgs as clap::CommandFactory>::command()
 }
 
 /// Run as the mount(8) helper: mount (detached, returning once the file system is ready).

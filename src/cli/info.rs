@@ -5,7 +5,7 @@
 
 use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
-use super::mount::device_path;
+use super::mount::{dead_mount_error, device_path};
 use dualfs::clean::control::{Client, Status};
 use dualfs::device::{BlockDevice, FileDevice, OpenMode};
 use dualfs::format::superblock::Superblock;
@@ -45,8 +45,11 @@ pub struct Info {
     pub data: DataDevice,
     pub checkpoint: CheckpointInfo,
     /// "clean", "needs recovery" (not unmounted cleanly: the next mount rolls the log
-    /// forward) or "mounted".
+    /// forward), "mounted", or "daemon died" (still mounted, but its daemon was killed: the
+    /// mount point gives ENOTCONN; `dead_mount` says what to do).
     pub state: &'static str,
+    /// When the daemon died: the mount point, the error and the way out.
+    pub dead_mount: Option<String>,
     /// Where it is mounted, when it is (and the mount could be found).
     pub mountpoint: Option<PathBuf>,
     pub mounted: bool,
@@ -151,6 +154,20 @@ fn info(meta_arg: &Path) -> Result<Info, CliError> {
         .pop();
     let in_use = mounted;
     let mounted = in_use || mountpoint.is_some();
+    // A killed daemon's mount stays in the table (its lock gone with it) until unmounted.
+    // statfs always asks the daemon (a stat may be answered from the kernel's cache).
+    let dead_mount = mountpoint.as_deref().and_then(|mnt| {
+        let Err(nix::errno::Errno::ENOTCONN) = nix::sys::statvfs::statvfs(mnt) else {
+            return None;
+        };
+        let e = std::io::Error::from_raw_os_error(libc::ENOTCONN);
+        let then = if cp.is_clean() {
+            ""
+        } else {
+            ", then the next mount recovers it"
+        };
+        Some(format!("{}{then}", dead_mount_error(mnt, &e).message()))
+    });
     let mut problem = None;
     let mut data_bytes = None;
     let usage = match (&mountpoint, in_use) {
@@ -204,6 +221,7 @@ fn info(meta_arg: &Path) -> Result<Info, CliError> {
         problem,
         mounted,
         mountpoint,
+        dead_mount,
     ))
 }
 
@@ -219,6 +237,7 @@ fn assemble(
     problem: Option<String>,
     mounted: bool,
     mountpoint: Option<PathBuf>,
+    dead_mount: Option<String>,
 ) -> Info {
     let segment_bytes = sb.segment_blocks as u64 * sb.block_size as u64;
     let status = usage.as_ref().map(|u| &u.status);
@@ -252,13 +271,16 @@ fn assemble(
             time: cp.time_ns / 1_000_000_000,
             clean: cp.is_clean(),
         },
-        state: if mounted {
+        state: if dead_mount.is_some() {
+            "daemon died"
+        } else if mounted {
             "mounted"
         } else if cp.is_clean() {
             "clean"
         } else {
             "needs recovery"
         },
+        dead_mount,
         mountpoint,
         mounted,
     }
@@ -333,7 +355,11 @@ fn render(i: &Info) -> String {
         ),
     ));
     lines.push(("Created", time(i.created)));
-    lines.push(("State", i.state.to_string()));
+    let state = match &i.dead_mount {
+        Some(what) => format!("{}: {what}", i.state),
+        None => i.state.to_string(),
+    };
+    lines.push(("State", state));
     let mounted = match &i.mountpoint {
         Some(m) => format!("yes, on {}", m.display()),
         None if i.mounted => "yes (in use)".to_string(),

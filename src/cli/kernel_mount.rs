@@ -167,6 +167,26 @@ impl KernelMount {
         }
     }
 
+    /// Change our mount's flags in place (MS_REMOUNT with `flags`: read-only or read-write,
+    /// the other flags as they were). The kernel writes back what it caches for the mount
+    /// first, and refuses to turn it read-only while files are open for writing (EBUSY).
+    pub fn remount(&self, flags: MsFlags) -> io::Result<()> {
+        if !self.ours_on_top() {
+            return Err(io::Error::other(format!(
+                "our mount on {} is gone or covered by another mount",
+                self.mountpoint.display()
+            )));
+        }
+        mount(
+            None::<&str>,
+            &self.mountpoint,
+            None::<&str>,
+            flags | MsFlags::MS_REMOUNT,
+            None::<&str>,
+        )
+        .map_err(io::Error::from)
+    }
+
     /// Take a dead mount (its connection aborted) out of the tree, so that the mount point
     /// is usable again; programs still inside it keep getting ENOTCONN until they leave.
     pub fn detach_dead_mount(&self) {

@@ -7,7 +7,7 @@
 
 use super::control_server::ControlServer;
 use super::data_path::recorded_data_path;
-use super::device::{is_in_use, open_device};
+use super::device::{is_in_use, open_device, still_held};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::kernel_mount::{KernelMount, MountRequest};
 use super::logging::{self, LogTo};
@@ -16,6 +16,7 @@ use super::pid_file::{
     is_live_daemon, pid_file_path, read_pid_file, remove_pid_file, write_pid_file,
 };
 use super::ready_pipe::{detach, Detached, Startup};
+use super::remount::{asks_remount, Remounter};
 use super::shutdown::{block_shutdown_signals, spawn_signal_watcher, Unmounter};
 use super::umount::resolve_mountpoint;
 use dualfs::clean::control::socket_path;
@@ -33,7 +34,7 @@ use std::sync::Arc;
 #[derive(clap::Args, Debug)]
 #[command(
     override_usage = "dualfs mount [OPTIONS] <META> [DATA] <MOUNTPOINT>",
-    after_help = super::options::OPTIONS_HELP
+    after_help = super::options::options_help()
 )]
 pub struct MountArgs {
     /// The metadata device (image file or block device)
@@ -77,6 +78,9 @@ struct MountPlan {
 }
 
 pub fn run(args: MountArgs) -> ExitCode {
+    if asks_remount(&args.options) {
+        return super::remount::run(&args);
+    }
     let prepared = plan(&args).and_then(|plan| open_log(&args).map(|log| (plan, log)));
     let (plan, log_file) = match prepared {
         Ok(prepared) => prepared,
@@ -196,7 +200,7 @@ fn mountpoint_path(path: &Path) -> Result<PathBuf, CliError> {
 }
 
 /// A FUSE file system whose daemon died is still mounted on `path` (ENOTCONN).
-fn dead_mount_error(path: &Path, err: &std::io::Error) -> CliError {
+pub(super) fn dead_mount_error(path: &Path, err: &std::io::Error) -> CliError {
     let what = resolve_mountpoint(path)
         .ok()
         .and_then(|mountpoint| {
@@ -276,6 +280,8 @@ struct Mounted {
     session: Session<DualFuse>,
     kernel: KernelSide,
     pid_file: Option<PathBuf>,
+    /// The mount point of this daemon's own line in libmount's table, when it wrote one.
+    utab_line: Option<PathBuf>,
     /// The control socket `dualfs-cleaner` and `dualfs sync` talk to (none on a read-only
     /// mount).
     control: Option<ControlServer>,
@@ -377,6 +383,7 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
         session,
         kernel,
         pid_file,
+        utab_line,
         mut control,
     } = mounted;
     // Returns when the kernel ends the connection: an unmount (external or ours), an abort.
@@ -415,6 +422,16 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
     drop(fs);
     if let (Ending::Aborted | Ending::Failed(_), KernelSide::Own(mount)) = (&ending, &kernel) {
         mount.detach_dead_mount();
+    }
+    if let Some(mountpoint) = &utab_line {
+        let utab = super::utab::path();
+        if let Err(e) = super::utab::forget_daemon_line(&utab, mountpoint, std::process::id()) {
+            warn!(
+                "cannot drop this daemon's line from {}: {}",
+                utab.display(),
+                describe_io(&e)
+            );
+        }
     }
     match unmounted {
         Ok(()) => {
@@ -481,7 +498,7 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     let notifier_slot = adapter.notifier_slot();
     let mut config = fuser::Config::default();
     config.mount_options = plan.settings.fuse_mount_options(&plan.meta);
-    config.acl = plan.settings.session_acl();
+    config.acl = plan.settings.session_acl(nix::unistd::geteuid().is_root());
     config.n_threads = Some(plan.threads);
     config.clone_fd = true;
     let (mut session, kernel) = start_session(plan, adapter, config)?;
@@ -508,13 +525,27 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
             None
         }
     };
+    let utab_line = match &kernel {
+        KernelSide::Own(_) => record_utab_line(&plan.mountpoint),
+        KernelSide::Fusermount => None,
+    };
     let control = if read_only {
         None
     } else {
         let path = socket_path(&plan.mountpoint);
         // SAFETY: getuid cannot fail.
         let owner = unsafe { libc::getuid() };
-        match ControlServer::start(fs.clone(), &path, owner, &plan.mountpoint) {
+        // Only our own mount can be remounted: the daemon changes it with mount(2).
+        let remounter = match &kernel {
+            KernelSide::Own(mount) => Some(Arc::new(Remounter::new(
+                fs.clone(),
+                mount.clone(),
+                plan.settings.clone(),
+                &plan.mountpoint,
+            ))),
+            KernelSide::Fusermount => None,
+        };
+        match ControlServer::start(fs.clone(), &path, owner, &plan.mountpoint, remounter) {
             Ok(c) => Some(c),
             Err(e) => {
                 warn!(
@@ -532,8 +563,26 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
         session,
         kernel,
         pid_file,
+        utab_line,
         control,
     })
+}
+
+/// A line of this daemon's own in libmount's table: umount(8) then runs the helper
+/// /sbin/umount.fuse.dualfs, which waits for this daemon's final checkpoint (cli/utab.rs).
+fn record_utab_line(mountpoint: &Path) -> Option<PathBuf> {
+    let utab = super::utab::path();
+    match super::utab::record_daemon_line(&utab, mountpoint, std::process::id()) {
+        Ok(()) => Some(mountpoint.to_path_buf()),
+        Err(e) => {
+            warn!(
+                "cannot add a line to {} ({}): a plain umount will not wait for this daemon",
+                utab.display(),
+                describe_io(&e)
+            );
+            None
+        }
+    }
 }
 
 /// Mount the FUSE connection and finish the INIT handshake: our own mount(2) when this
@@ -607,7 +656,9 @@ fn start_session(
 }
 
 fn device_error(path: &Path, err: &std::io::Error) -> String {
-    if is_in_use(err) {
+    if let Some(held) = still_held(err) {
+        format!("{} is in use: {held}", path.display())
+    } else if is_in_use(err) {
         format!(
             "{} is in use (mounted already, or held by another program)",
             path.display()

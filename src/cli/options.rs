@@ -22,7 +22,8 @@ const MAX_WRITE_RANGE: std::ops::RangeInclusive<u64> = 4096..=1 << 20;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MountSettings {
     pub read_only: bool,
-    pub allow: Allow,
+    /// `allow_other` or `allow_root`; neither: see `session_acl`.
+    pub allow: Option<Allow>,
     /// `Some(true)` for `dev`, `Some(false)` for `nodev`; `None` leaves fuser's default.
     pub dev: Option<bool>,
     pub suid: Option<bool>,
@@ -73,60 +74,162 @@ pub enum Atime {
 }
 
 /// Who besides the mounting user may use the mount.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Allow {
-    #[default]
-    Owner,
     Root,
     Everyone,
 }
 
-/// The options `-o` accepts, for `--help`.
-pub const OPTIONS_HELP: &str = "\
-Mount options (-o OPT[,OPT...], may be repeated; later options win):
-  ro, rw                     read-only (nothing is written to either device) or read-write
-  allow_other, allow_root    let every user, or root too, use the mount
-  default_permissions        always on: the kernel checks permissions, DualFS does not
-  dev, nodev, suid, nosuid   device files and set-id bits (off unless asked for)
-  exec, noexec, sync, async
-  dirsync                    every directory change (create, mkdir, mknod, symlink, link,
-                             unlink, rmdir, rename) is durable when it returns; sync implies it
-  relatime, atime            update access times when older than the last change or a day
-                             old (the default)
-  noatime, strictatime       never update them; update them at every read (reads then bypass
-                             the kernel's page cache: slower)
-  nodiratime, diratime       never update directories' access times, or do (the default)
-  lazytime, nolazytime       accepted: DualFS writes time stamps with the next flush anyway
-  fsname=NAME                source shown in /proc/mounts (default: the META path)
-  subtype=NAME               file system subtype (default: dualfs)
-  cache_size=SIZE            metadata cache budget, e.g. 512M or 2G (default 256M)
-  flush_interval=SECONDS     how often dirty metadata is written to the log (default 5)
-  checkpoint_interval=SECONDS  how often a checkpoint is written (default 30)
-  writeback_cache            let the kernel cache writes (default off)
-  ttl=SECONDS                how long the kernel caches names and attributes (default 3600)
-  dir_cache=off|open|kept    how long the kernel keeps directory listings: not at all, while
-                             the directory is open, or until it changes (the default;
-                             strictatime implies off)
-  noopendir, opendir         let the kernel open directories itself (the default, with
-                             dir_cache=kept: no OPENDIR/RELEASEDIR requests), or send the
-                             opens to DualFS
-  noopen, open               let the kernel open regular files itself, or send the opens to
-                             DualFS (the default, but for read-only mounts); not with
-                             strictatime. Without them an immutable or append-only file
-                             opens for writing and refuses each write (EPERM), and a removed
-                             file is freed at the kernel's FORGET, a moment after its last
-                             close: neither can happen on a read-only mount, so there the
-                             kernel opens files itself unless `open` is given
-  nocache_symlinks, cache_symlinks  let the kernel cache symlink targets, or not (the default)
-  readdirplus=never|auto|always  when listings carry attributes (default auto: at the start
-                             of a listing and after lookups in the directory)
-  readahead=SIZE             the kernel's read-ahead window for sequential reads (default 1M;
-                             the kernel's own default is 128K)
-  max_write=SIZE             the largest write request, 4K to 1M (default 256K): larger
-                             ones cost the daemon less CPU per byte, but each one is copied
-                             in the kernel without a pause, which other requests wait for
-  defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, group, comment=...,
-  x-*                        for mount(8), fstab and systemd: accepted, ignored by DualFS";
+/// The options `-o` accepts, as `--help` and the manual pages (`dualfs::man_pages`) list
+/// them: their spellings, and what they do.
+pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
+    (
+        "ro, rw",
+        "read-only (nothing is written to either device) or read-write",
+    ),
+    (
+        "allow_other, allow_root",
+        "let every user, or root too, use the mount (without either, a mount made by root is \
+         open to every user, as a kernel file system is; allow_root keeps it to root)",
+    ),
+    (
+        "default_permissions",
+        "always on: the kernel checks permissions, DualFS does not",
+    ),
+    (
+        "dev, nodev, suid, nosuid",
+        "device files and set-id bits (off unless asked for)",
+    ),
+    (
+        "exec, noexec",
+        "programs on the mount may be run (the default), or not",
+    ),
+    (
+        "sync, async",
+        "every write is durable when it returns, at the price of a commit per write (sync \
+         implies dirsync), or not (the default)",
+    ),
+    (
+        "dirsync",
+        "every directory change (create, mkdir, mknod, symlink, link, unlink, rmdir, rename) \
+         is durable when it returns; sync implies it",
+    ),
+    (
+        "relatime, atime",
+        "update access times when older than the last change or a day old (the default)",
+    ),
+    (
+        "noatime, strictatime",
+        "never update them; update them at every read (reads then bypass the kernel's page \
+         cache: slower)",
+    ),
+    (
+        "nodiratime, diratime",
+        "never update directories' access times, or do (the default)",
+    ),
+    (
+        "lazytime, nolazytime",
+        "accepted: DualFS writes time stamps with the next flush anyway",
+    ),
+    (
+        "fsname=NAME",
+        "source shown in /proc/mounts (default: the META path)",
+    ),
+    ("subtype=NAME", "file system subtype (default: dualfs)"),
+    (
+        "cache_size=SIZE",
+        "metadata cache budget, e.g. 512M or 2G (default 256M)",
+    ),
+    (
+        "flush_interval=SECONDS",
+        "how often dirty metadata is written to the log (default 5): the most a crash loses \
+         without fsync",
+    ),
+    (
+        "checkpoint_interval=SECONDS",
+        "how often a checkpoint is written (default 30): bounds recovery time",
+    ),
+    (
+        "writeback_cache",
+        "let the kernel cache writes (default off)",
+    ),
+    (
+        "ttl=SECONDS",
+        "how long the kernel caches names and attributes (default 3600)",
+    ),
+    (
+        "dir_cache=off|open|kept",
+        "how long the kernel keeps directory listings: not at all, while the directory is \
+         open, or until it changes (the default; strictatime implies off)",
+    ),
+    (
+        "noopendir, opendir",
+        "let the kernel open directories itself (the default, with dir_cache=kept: no \
+         OPENDIR/RELEASEDIR requests), or send the opens to DualFS",
+    ),
+    (
+        "noopen, open",
+        "let the kernel open regular files itself, or send the opens to DualFS (the default, \
+         but for read-only mounts); not with strictatime. Without them an immutable or \
+         append-only file opens for writing and refuses each write (EPERM), and a removed file \
+         is freed at the kernel's FORGET, a moment after its last close: neither can happen on \
+         a read-only mount, so there the kernel opens files itself unless `open` is given",
+    ),
+    (
+        "nocache_symlinks, cache_symlinks",
+        "keep symlink targets out of the kernel's cache, or let it cache them (the default)",
+    ),
+    (
+        "readdirplus=never|auto|always",
+        "when listings carry attributes (default auto: at the start of a listing and after \
+         lookups in the directory)",
+    ),
+    (
+        "readahead=SIZE",
+        "the kernel's read-ahead window for sequential reads (default 1M; the kernel's own \
+         default is 128K)",
+    ),
+    (
+        "max_write=SIZE",
+        "the largest write request, 4K to 1M (default 256K): larger ones cost the daemon less \
+         CPU per byte, but each one is copied in the kernel without a pause, which other \
+         requests wait for",
+    ),
+    (
+        "defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, group, \
+         comment=..., x-*",
+        "for mount(8), fstab and systemd: accepted, ignored by DualFS",
+    ),
+];
+
+/// [`MOUNT_OPTIONS`] laid out for `--help`: spellings in one column, what they do beside them.
+pub fn options_help() -> String {
+    const WIDTH: usize = 92;
+    const MEANING_COLUMN: usize = 29;
+    let mut help =
+        String::from("Mount options (-o OPT[,OPT...], may be repeated; later options win):");
+    for (names, meaning) in MOUNT_OPTIONS {
+        let mut line = format!("  {names}");
+        if line.len() + 2 > MEANING_COLUMN {
+            // Too wide for the column: what it does starts on the next line.
+            help += &format!("\n{line}");
+            line = String::new();
+        }
+        for word in meaning.split_whitespace() {
+            if line.len() >= MEANING_COLUMN && line.len() + 1 + word.len() > WIDTH {
+                help += &format!("\n{line}");
+                line = String::new();
+            }
+            if line.len() < MEANING_COLUMN {
+                line = format!("{line:<MEANING_COLUMN$}{word}");
+            } else {
+                line = format!("{line} {word}");
+            }
+        }
+        help += &format!("\n{line}");
+    }
+    help
+}
 
 /// What to do with an option DualFS does not know.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -197,7 +300,7 @@ fn is_mount_program_option(key: &str) -> bool {
     ) || key.starts_with("x-")
 }
 
-fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
+pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
     let (key, value) = match option.split_once('=') {
         Some((k, v)) => (k, Some(v)),
         None => (option, None),
@@ -219,12 +322,12 @@ fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), CliError> {
             } else {
                 Allow::Root
             };
-            if s.allow != Allow::Owner && s.allow != wanted {
+            if s.allow.is_some_and(|allowed| allowed != wanted) {
                 return Err(CliError::usage(
                     "-o allow_other and allow_root cannot be used together",
                 ));
             }
-            s.allow = wanted;
+            s.allow = Some(wanted);
         }
         // Always on; accepted so that the usual option lists work.
         "default_permissions" | "defaults" => no_value(key, value)?,
@@ -475,12 +578,18 @@ impl MountSettings {
         options
     }
 
-    /// fuser enforces allow_root itself; the kernel only knows allow_other.
-    pub fn session_acl(&self) -> SessionACL {
+    /// Who may use the mount. Without `allow_other` or `allow_root`, a mount made by root is
+    /// open to every user, as a kernel file system is (permissions are the kernel's to check:
+    /// `default_permissions` is always on); `allow_root` keeps it to root. A mount made by
+    /// another user is that user's alone (`allow_other` then needs `user_allow_other` in
+    /// /etc/fuse.conf, as for every FUSE file system). fuser enforces allow_root itself; the
+    /// kernel only knows allow_other.
+    pub fn session_acl(&self, mounted_by_root: bool) -> SessionACL {
         match self.allow {
-            Allow::Owner => SessionACL::Owner,
-            Allow::Root => SessionACL::RootAndOwner,
-            Allow::Everyone => SessionACL::All,
+            None if mounted_by_root => SessionACL::All,
+            None => SessionACL::Owner,
+            Some(Allow::Root) => SessionACL::RootAndOwner,
+            Some(Allow::Everyone) => SessionACL::All,
         }
     }
 
@@ -558,7 +667,7 @@ mod tests {
         let s = parse(&["ro,noatime", "allow_other,cache_size=512M"]).unwrap();
         assert!(s.read_only);
         assert_eq!(s.atime, Some(Atime::Never));
-        assert_eq!(s.allow, Allow::Everyone);
+        assert_eq!(s.allow, Some(Allow::Everyone));
         assert_eq!(s.cache_bytes, Some(512 << 20));
     }
 
@@ -741,6 +850,39 @@ mod tests {
         }
     }
 
+    /// Every spelling `--help` and the manual pages list is one the parser takes, with each
+    /// value it names (`dir_cache=off|open|kept`) or a valid one for its placeholder.
+    #[test]
+    fn every_documented_mount_option_is_accepted() {
+        let mut spellings = Vec::new();
+        for (names, _) in MOUNT_OPTIONS {
+            for name in names.split(", ") {
+                let Some((key, value)) = name.split_once('=') else {
+                    spellings.push(name.replace('*', "anything"));
+                    continue;
+                };
+                let samples = match value {
+                    "SIZE" => vec!["1M"],
+                    "SECONDS" => vec!["5"],
+                    "NAME" | "..." => vec!["x"],
+                    alternatives => alternatives.split('|').collect(),
+                };
+                spellings.extend(samples.iter().map(|v| format!("{key}={v}")));
+            }
+        }
+        assert!(spellings.len() > 40, "{spellings:?}");
+        for spelling in spellings {
+            assert!(
+                parse(&[&spelling]).is_ok(),
+                "{spelling} is documented, not accepted"
+            );
+        }
+        let help = options_help();
+        for (names, _) in MOUNT_OPTIONS {
+            assert!(help.contains(names), "--help lacks {names}:\n{help}");
+        }
+    }
+
     #[test]
     fn sizes() {
         assert_eq!(parse_size("4096"), Ok(4096));
@@ -849,14 +991,20 @@ mod tests {
 
     #[test]
     fn access_control() {
-        assert_eq!(parse(&[]).unwrap().session_acl(), SessionACL::Owner);
-        assert_eq!(
-            parse(&["allow_root"]).unwrap().session_acl(),
-            SessionACL::RootAndOwner
-        );
-        assert_eq!(
-            parse(&["allow_other,allow_other"]).unwrap().session_acl(),
-            SessionACL::All
-        );
+        // Mounted by root: everyone, as for a kernel file system, unless allow_root.
+        assert_eq!(parse(&[]).unwrap().session_acl(true), SessionACL::All);
+        assert_eq!(parse(&[]).unwrap().session_acl(false), SessionACL::Owner);
+        for by_root in [true, false] {
+            assert_eq!(
+                parse(&["allow_root"]).unwrap().session_acl(by_root),
+                SessionACL::RootAndOwner
+            );
+            assert_eq!(
+                parse(&["allow_other,allow_other"])
+                    .unwrap()
+                    .session_acl(by_root),
+                SessionACL::All
+            );
+        }
     }
 }

@@ -45,19 +45,7 @@ pub fn read_pid_file(path: &Path) -> Option<i32> {
 /// Is `pid` a running (not zombie) dualfs process? A zombie counts as gone: where nobody
 /// reaps orphans it would never disappear.
 pub fn is_live_daemon(pid: i32) -> bool {
-    let Ok(stat) = fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
-    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
-        return false;
-    };
-    let state = stat.get(close + 2).copied().unwrap_or(b'?');
-    if matches!(state, b'Z' | b'X' | b'x') {
-        return false;
-    }
-    let comm = &stat[stat.iter().position(|&b| b == b'(').unwrap_or(0)..close];
-    comm.windows(b"dualfs".len()).any(|w| w == b"dualfs")
+    dualfs::unmounted_daemon::is_live_dualfs_process(pid)
 }
 
 /// Wait until `pid` is no longer a live dualfs process; false on timeout.

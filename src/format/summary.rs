@@ -160,6 +160,16 @@ impl Summary {
         b
     }
 
+    /// Whether `first` begins a summary of the file system with `uuid_tag`, by magic and tag
+    /// alone. Where a partial segment could follow, anything else means none was written
+    /// there (roll-forward's end of the log), not damage: blocks never written, or left by an
+    /// earlier file system on the device.
+    pub fn starts_here(first: &[u8], uuid_tag: u64) -> bool {
+        first.len() >= SUMMARY_HEADER
+            && get_u32(first, 0) == SS_MAGIC
+            && get_u64(first, 32) == uuid_tag
+    }
+
     /// Peek at the first summary block: how many summary blocks the whole summary has, or
     /// an error when this is not a summary of this file system.
     pub fn peek_len(first: &[u8], uuid_tag: u64) -> Result<usize> {

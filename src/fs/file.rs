@@ -135,7 +135,7 @@ impl Fs {
     /// Free `e` if it is removed and unused (the caller holds its op lock): at its last
     /// close, the kernel's last FORGET, or a mount that finds it orphaned.
     pub(crate) fn free_if_unused_locked(&self, e: &Arc<InodeEntry>) -> Result<()> {
-        if self.opts.read_only
+        if self.is_read_only()
             || self.alive().is_err()
             || !self.removed_and_unused(e.ino, &e.state.read())
         {
@@ -312,7 +312,7 @@ impl Fs {
     /// dirty before that is in the snapshot, one marked after in the next. A read therefore never queues behind
     /// the writer waiting for the gate, or behind the mutations holding it.
     pub(crate) fn touch_atime(&self, e: &Arc<InodeEntry>) {
-        if self.opts.noatime || self.opts.read_only || self.alive().is_err() {
+        if self.opts.noatime || self.is_read_only() || self.alive().is_err() {
             return;
         }
         let now = Timespec::now();

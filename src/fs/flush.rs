@@ -191,7 +191,7 @@ impl Fs {
 
     /// Write every dirty object as one transaction, data first.
     pub(crate) fn flush_locked(&self, fl: &mut FlushState) -> Result<()> {
-        if self.opts.read_only {
+        if self.is_read_only() {
             return Ok(());
         }
         if let Some(why) = self.log.failure() {
@@ -482,7 +482,7 @@ impl Fs {
         fl: &mut FlushState,
         clean: bool,
     ) -> Result<Vec<crate::log::checkpoint::Item>> {
-        if self.opts.read_only {
+        if self.is_read_only() {
             return Ok(Vec::new());
         }
         self.flush_locked(fl)?;

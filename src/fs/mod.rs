@@ -25,6 +25,7 @@ mod log_commit;
 mod mount;
 mod namespace;
 mod privileges;
+mod read_only;
 mod records;
 mod rename;
 mod repair;
@@ -53,7 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Mount-time settings.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MountOptions {
     /// Never write to either device; recovery happens in memory only.
     pub read_only: bool,
@@ -165,6 +166,8 @@ pub struct Fs {
     /// Space and admission: thresholds, counters, charges of pending work, one pass at a time.
     cleaner: clean::CleanerState,
     recovery: Recovery,
+    /// Turned read-only while mounted (`set_read_only`, a remount): nothing is written.
+    remounted_read_only: std::sync::atomic::AtomicBool,
 }
 
 /// A lock guard of this crate's no-I/O mutexes.
@@ -229,7 +232,7 @@ impl Fs {
     /// EROFS on a read-only mount, EIO after a failed write or unmount.
     fn writable(&self) -> Result<()> {
         self.alive()?;
-        if self.opts.read_only {
+        if self.is_read_only() {
             return Err(FsError::Errno(libc::EROFS));
         }
         Ok(())

@@ -153,6 +153,7 @@ impl Fs {
             recovery,
             sb,
             opts,
+            remounted_read_only: std::sync::atomic::AtomicBool::new(false),
         };
         fs.tables_changed(&fs.lock_tables().tables());
         fs
@@ -178,13 +179,14 @@ impl Fs {
             );
         } else {
             log::info!(
-                "not unmounted cleanly: recovery from checkpoint {}{}: {} transactions ({} partial segments, {} blocks) rolled forward, {} partial segments of an incomplete transaction discarded; stopped: {}",
+                "not unmounted cleanly: recovery from checkpoint {}{}: {} transactions ({} partial segments, {} blocks) rolled forward, {} partial segments of an incomplete transaction discarded; {}: {}",
                 cp.serial,
                 if cp.is_clean() { " (clean)" } else { "" },
                 report.transactions,
                 report.partial_segments,
                 report.blocks,
                 report.discarded,
+                if report.end_of_log { "end of the log" } else { "stopped" },
                 report.stop_reason
             );
         }
@@ -323,7 +325,8 @@ impl Fs {
         // A pass in progress ends first: the final checkpoint comes after it.
         self.stop_cleaner();
         self.log.stop_background();
-        if self.opts.read_only {
+        // Turned read-only, it wrote its clean checkpoint then.
+        if self.is_read_only() {
             return Ok(());
         }
         if self.is_shut_down() {

@@ -64,6 +64,10 @@ pub struct RecoveryReport {
     pub blocks: u64,
     /// Valid partial segments of an incomplete transaction at the end, discarded.
     pub discarded: u64,
+    /// Roll-forward reached the normal end of the log: no partial segment of it follows
+    /// (`stop_reason` says what is there instead). False when it stopped at damage (a torn
+    /// or corrupt partial segment, named by `stop_reason`) or at fsck's limit.
+    pub end_of_log: bool,
     pub stop_reason: String,
 }
 
@@ -73,17 +77,30 @@ struct Part {
     placed: Vec<PlacedBlock>,
 }
 
-/// Read and check the partial segment at `addr` expecting `serial`; Err explains why not.
+/// What is where the log's next partial segment would be.
+enum Next {
+    Part(Part),
+    /// No partial segment of this log: it ends before this address. What is there instead.
+    EndOfLog(String),
+}
+
+/// Read and check the partial segment at `addr` expecting `serial`: the part, the end of the
+/// log, or Err explaining the damage that stops the log there.
 fn read_part(
     sb: &Superblock,
     dev: &dyn BlockDevice,
     addr: u64,
     serial: u64,
     ckpt_serial: u64,
-) -> Result<Part> {
+) -> Result<Next> {
     let bs = sb.block_size;
     let seg_end = sb.segment_end(sb.segment_of(addr));
     let first = read_block(dev, bs, addr)?;
+    if !Summary::starts_here(&first, sb.uuid_tag()) {
+        return Ok(Next::EndOfLog(
+            "no summary of this file system follows".into(),
+        ));
+    }
     let n = Summary::peek_len(&first, sb.uuid_tag())? as u64;
     if addr + n > seg_end {
         return Err(FsError::corrupt(
@@ -97,14 +114,14 @@ fn read_part(
         read_blocks(dev, bs, addr, n)?
     };
     let summary = Summary::decode(&raw, sb.uuid_tag())?;
+    // An intact summary of another serial was left by an earlier pass of the log over this
+    // segment: the log ends here.
     if summary.serial != serial || summary.ckpt_serial != ckpt_serial {
-        return Err(FsError::corrupt(
-            "segment summary",
-            format!(
-                "serial {}/{} where {serial}/{ckpt_serial} was expected",
-                summary.serial, summary.ckpt_serial
-            ),
-        ));
+        return Ok(Next::EndOfLog(format!(
+            "a stale partial segment follows (serial {}/{} where {serial}/{ckpt_serial} was \
+             expected)",
+            summary.serial, summary.ckpt_serial
+        )));
     }
     let nb = summary.block_count();
     if addr + n + nb > seg_end {
@@ -150,7 +167,7 @@ fn read_part(
             inodes,
         });
     }
-    Ok(Part { summary, placed })
+    Ok(Next::Part(Part { summary, placed }))
 }
 
 /// Apply every complete transaction after checkpoint `cp` to `t`; returns the log head after
@@ -216,7 +233,12 @@ pub fn roll_forward_limited(
             break;
         }
         let part = match read_part(sb, dev, addr, serial, cp.serial) {
-            Ok(p) => p,
+            Ok(Next::Part(p)) => p,
+            Ok(Next::EndOfLog(what)) => {
+                report.end_of_log = true;
+                report.stop_reason = what;
+                break;
+            }
             // A device that cannot be read is not the end of the log: stop the mount rather
             // than lose what follows.
             Err(e @ FsError::Io(_)) => return Err(e),

@@ -256,6 +256,12 @@ in_both_modes!(
         fs.unmount().unwrap();
         let r = img.check(mode);
         assert!(r.problems.is_empty(), "{r}");
+        // Past the head lies what earlier passes of the log left: not damage.
+        assert!(
+            !r.notes.iter().any(|n| n.contains("corrupt")),
+            "{:#?}",
+            r.notes
+        );
     }
 );
 
@@ -320,4 +326,93 @@ pub fn unwritten_pointer_to_anothers_block() -> (Image, u64, u64, u64) {
         d.direct[6] = crate::format::bmap::unwritten(theirs);
     });
     (img, punched, zeroed, theirs)
+}
+
+/// The verbose report's line about where roll-forward stopped.
+fn roll_forward_note(r: &Report) -> &str {
+    r.notes
+        .iter()
+        .find(|n| n.starts_with("roll-forward"))
+        .unwrap_or_else(|| panic!("no roll-forward note:\n{r}\n{:#?}", r.notes))
+}
+
+#[test]
+fn verbose_check_of_a_used_clean_file_system_reports_the_end_of_the_log() {
+    let r = workload_image().check(Mode::Listed);
+    assert!(r.problems.is_empty(), "{r}");
+    let note = roll_forward_note(&r);
+    assert!(
+        note.starts_with("roll-forward: end of the log after 0 partial segments"),
+        "{note}"
+    );
+    assert!(
+        !r.notes.iter().any(|n| n.contains("corrupt")),
+        "{:#?}",
+        r.notes
+    );
+}
+
+#[test]
+fn torn_partial_segment_is_reported_as_corrupt_not_as_the_end_of_the_log() {
+    let img = crashed_image();
+    let parts = parts_after_checkpoint(&img);
+    let n = parts.len();
+    let r = img.check(Mode::Listed);
+    let end = format!("roll-forward: end of the log after {n} partial segments");
+    assert!(roll_forward_note(&r).starts_with(&end), "{r:#?}");
+    let rolled = r.stats.transactions_rolled_forward;
+
+    // The last summary torn (its CRC fails), then instead its data.
+    let (addr, summary) = &parts[n - 1];
+    let torn_summary = img.copy();
+    let mut b = super::damage::read_block(&torn_summary, *addr);
+    b[crate::format::summary::SUMMARY_HEADER] ^= 0xff;
+    super::damage::write_block(&torn_summary, *addr, &b);
+    let torn_data = img.copy();
+    let data_addr = addr + summary.summary_blocks as u64;
+    let mut b = super::damage::read_block(&torn_data, data_addr);
+    b[100] ^= 0xff;
+    super::damage::write_block(&torn_data, data_addr, &b);
+    for (torn, what) in [
+        (
+            torn_summary,
+            "corrupt segment summary: summary CRC mismatch",
+        ),
+        (
+            torn_data,
+            "corrupt partial segment: data CRC mismatch (torn write)",
+        ),
+    ] {
+        let r = torn.check(Mode::Listed);
+        let note = roll_forward_note(&r);
+        assert_eq!(note, format!("roll-forward stopped: {what}"), "{r}");
+        assert_eq!(r.stats.transactions_rolled_forward, rolled - 1, "{r}");
+    }
+}
+
+#[test]
+fn an_intact_summary_of_another_serial_is_the_end_of_the_log_not_damage() {
+    // As an earlier pass of the log leaves them: the last part's summary, resealed with
+    // another serial.
+    let img = crashed_image();
+    let parts = parts_after_checkpoint(&img);
+    let n = parts.len();
+    let rolled = img.check(Mode::Listed).stats.transactions_rolled_forward;
+    let (addr, summary) = &parts[n - 1];
+    let stale = crate::format::summary::Summary {
+        serial: summary.serial + 1000,
+        ..summary.clone()
+    };
+    for (i, block) in stale.encode(BS as u32).chunks(BS as usize).enumerate() {
+        super::damage::write_block(&img, addr + i as u64, block);
+    }
+    let r = img.check(Mode::Listed);
+    let note = roll_forward_note(&r);
+    let end = format!(
+        "roll-forward: end of the log after {} partial segments",
+        n - 1
+    );
+    assert!(note.starts_with(&end), "{note}");
+    assert!(note.contains("a stale partial segment follows"), "{note}");
+    assert_eq!(r.stats.transactions_rolled_forward, rolled - 1, "{r}");
 }

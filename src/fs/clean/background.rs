@@ -104,6 +104,12 @@ impl Fs {
         Ok(())
     }
 
+    /// Start the cleaner thread again after `stop_cleaner` (turned read-write again).
+    pub(crate) fn restart_cleaner(self: &Arc<Fs>) -> Result<()> {
+        self.cleaner.wake.state.lock().stop = false;
+        self.start_cleaner()
+    }
+
     /// Stop the cleaner thread and wait for it (it ends the pass it is in).
     pub(crate) fn stop_cleaner(&self) {
         {
