@@ -10,7 +10,7 @@
 #   bench_usage SCRIPT [EXIT]        # print the script's header comment (its usage) and exit
 #   bench_init                       # root check, temp folder, cleanup trap
 #   bench_install PKG...             # apt-get install the missing ones (idempotent)
-#   bench_build                      # DualFS (release, workspace), memfs and delayfs
+#   bench_build                      # DualFS (release, workspace), memfs, delayfs, diskmodel
 #   bench_available FS...            # the ones that can be set up here (others: a note why not)
 #   bench_fs_threads_list "FS..." LIST  # each DualFS of FS... once per thread count of LIST
 #   fs_mount FS MNT SIZE             # make a fresh FS of about SIZE bytes (sparse) mounted at MNT
@@ -104,7 +104,7 @@ bench_build() {
     bench_log "building DualFS (release) into $CARGO_TARGET_DIR"
     (cd "$BENCH_REPO" && cargo build --release --workspace --exclude dualfs-bench-fuse --quiet 2>"$BENCH_TMP/build.log") ||
         { cat "$BENCH_TMP/build.log" >&2; bench_die "DualFS build failed"; }
-    bench_log "building memfs and delayfs (bench/fuse-tools)"
+    bench_log "building memfs, delayfs and diskmodel (bench/fuse-tools)"
     if ! (cd "$BENCH_REPO" && cargo build --release -p dualfs-bench-fuse --quiet 2>"$BENCH_TMP/build-fuse.log"); then
         BENCH_FUSE_TOOLS_ERR="bench/fuse-tools did not build: $(grep -m1 -E '^error' "$BENCH_TMP/build-fuse.log" || tail -n 1 "$BENCH_TMP/build-fuse.log")"
         bench_log "$BENCH_FUSE_TOOLS_ERR"

@@ -92,6 +92,7 @@ fn man_pages() -> Vec<dualfs::man_pages::Page> {
     dualfs::man_pages::dualfs(
         Cli::command(),
         cli::helper::command(),
+        cli::umount_helper::command(),
         cli::options::MOUNT_OPTIONS,
     )
 }

@@ -415,12 +415,13 @@ fn roff_bytes(roff: &Roff) -> io::Result<Vec<u8>> {
     render_with(|w| roff.to_writer(w))
 }
 
-/// The pages of `dualfs` (`cli`), one per subcommand (`dualfs-mount`, ...), and the mount(8)
+/// The pages of `dualfs` (`cli`), one per subcommand (`dualfs-mount`, ...), the mount(8)
 /// helper's (`helper`, installed as mount.dualfs), with `mount_options` on every page about
-/// mounting.
+/// mounting, and the umount(8) helper's (`umount_helper`, installed as umount.fuse.dualfs).
 pub fn dualfs(
     cli: Command,
     helper: Command,
+    umount_helper: Command,
     mount_options: &'static [MountOptionDoc],
 ) -> Vec<Page> {
     // A page per subcommand, as clap_mangen's SUBCOMMANDS section refers to them (so SEE
@@ -482,6 +483,13 @@ pub fn dualfs(
         .with_mount_options(mount_options)
         .with(Section::mount_types())
         .with(Section::exit_status(MOUNT_EXIT_STATUS)),
+    );
+    pages.push(
+        Page::new(
+            umount_helper,
+            &["dualfs-umount(8)", "umount(8)", "mount.dualfs(8)"],
+        )
+        .with(Section::exit_status(DUALFS_EXIT_STATUS)),
     );
     pages
 }
@@ -791,15 +799,23 @@ mod tests {
             .about("DualFS")
             .subcommand(Command::new("mount").about("Mount"))
             .subcommand(Command::new("info").about("Show"));
-        let pages = dualfs(cli, helper, OPTIONS);
+        let umount_helper = Command::new("umount.fuse.dualfs").about("The other helper");
+        let pages = dualfs(cli, helper, umount_helper, OPTIONS);
         let names: Vec<&str> = pages.iter().map(Page::name).collect();
         assert_eq!(
             names,
-            ["dualfs", "dualfs-mount", "dualfs-info", "mount.dualfs"]
+            [
+                "dualfs",
+                "dualfs-mount",
+                "dualfs-info",
+                "mount.dualfs",
+                "umount.fuse.dualfs"
+            ]
         );
         for page in &pages {
             let lists = text_of(page).contains("MOUNT OPTIONS");
-            assert_eq!(lists, page.name() != "dualfs-info", "{}", page.name());
+            let lists_them = !matches!(page.name(), "dualfs-info" | "umount.fuse.dualfs");
+            assert_eq!(lists, lists_them, "{}", page.name());
         }
         verify(&pages).unwrap();
     }

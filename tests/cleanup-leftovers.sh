@@ -5,14 +5,15 @@
 set -u
 tmp="${TMPDIR:-/tmp}"
 # Mounts first (deepest first), then loop devices, then the directories.
-awk '{print $2}' /proc/self/mounts | grep -E "^$tmp/dualfs-(test|src|bad|harness)-" | sort -r |
+awk '{print $2}' /proc/self/mounts | grep -E "^$tmp/dualfs-(test|src|bad|harness|fuse-tools|diskmodel)-" | sort -r |
   while read -r m; do
     umount -l "$m" && echo "unmounted $m"
   done
 losetup -ln -O NAME,BACK-FILE 2>/dev/null | while read -r dev back; do
   case "$back" in "$tmp"/dualfs-*) losetup -d "$dev" && echo "detached $dev ($back)" ;; esac
 done
-for d in "$tmp"/dualfs-test-* "$tmp"/dualfs-src-* "$tmp"/dualfs-bad-* "$tmp"/dualfs-harness-*; do
+for d in "$tmp"/dualfs-test-* "$tmp"/dualfs-src-* "$tmp"/dualfs-bad-* "$tmp"/dualfs-harness-* \
+  "$tmp"/dualfs-fuse-tools-* "$tmp"/dualfs-diskmodel-*; do
   [ -e "$d" ] && rm -rf -- "$d" && echo "removed $d"
 done
 exit 0

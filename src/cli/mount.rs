@@ -195,6 +195,12 @@ fn mountpoint_path(path: &Path) -> Result<PathBuf, CliError> {
             )))
         }
     }
+    // A stat may be answered from the kernel's cache after the daemon died; statfs always
+    // asks the daemon.
+    if let Err(nix::errno::Errno::ENOTCONN) = nix::sys::statvfs::statvfs(&absolute) {
+        let e = std::io::Error::from_raw_os_error(libc::ENOTCONN);
+        return Err(dead_mount_error(path, &e));
+    }
     refuse_stacking(path, &absolute)?;
     Ok(absolute)
 }

@@ -30,6 +30,11 @@ pub fn invoked_as_umount_helper(args: &[OsString]) -> bool {
         .is_some_and(|name| name == OsStr::new(HELPER_NAME))
 }
 
+/// The helper's command line, for its manual page.
+pub fn command() -> clap::Command {
+    <HelperArgs as clap::CommandFactory>::command()
+}
+
 /// `umount.fuse.dualfs`: the helper's command line, as util-linux's umount(8) passes it.
 #[derive(Parser, Debug)]
 #[command(
