@@ -197,7 +197,7 @@ bench_fs_label() {
         dualfs-small) echo "DualFS small-meta" ;;
         dualfs-ro) echo "DualFS -o ro" ;;
         dualfs-ro-open) echo "DualFS -o ro+open" ;;
-        ext2 | ext3 | ext4) echo "$1 (kernel)" ;;
+        ext2 | ext3 | ext4 | xfs) echo "$1 (kernel)" ;;
         ext4-slow) echo "ext4 slow-dev" ;;
         fuse2fs) echo "fuse2fs (ext4)" ;;
         memfs) echo "memfs (ceiling)" ;;

@@ -10,20 +10,23 @@
 //!     diskmodel --show MODEL[,KEY=VALUE...] [--seq-mib 64]
 //!
 //! MODEL is paper5400, hdd7200 or ssd; KEY=VALUE changes one of its parameters
-//! (`hdd7200,capacity=8G`). --file puts FILE (a name in BACKING_DIR) on disk DISK at byte
-//! OFFSET (default: after the disk's previous partition, on a MiB boundary); files not named
-//! go on the first disk the same way when first opened. Two files on one disk share its
+//! (`hdd7200,capacity=8G`; `paper5400,write_cache=on` gives an HDD its write cache, off in
+//! every set by default; fsync of a file waits until that cache is on the platter). --file
+//! puts FILE (a name in BACKING_DIR) on disk DISK at byte OFFSET (default: after the disk's
+//! previous partition, on a MiB boundary); files not named go on the first disk the same way
+//! when first opened. Two files on one disk share its
 //! head: a DualFS metadata image and data image placed so make the head travel between them.
 //!
 //! Files are opened with direct I/O (nothing cached in the kernel), so every pread/pwrite,
 //! or the I/O of a loop device over a file (`losetup --direct-io=on`), reaches the model;
 //! --threads requests at most are in the model's queue at once (one FUSE thread each).
 //!
-//! The report (JSON, one disk a line): read `MOUNTPOINT/.diskmodel-stats` at any time (take
-//! differences between two readings around a phase); also written to --report FILE (or
-//! printed) on SIGUSR1 and at unmount. The parameters are printed at start. --show prints a
-//! parameter set and what the model predicts for it (sequential MB/s, random 4 KiB reads).
-//! Stop it with: umount MOUNTPOINT.
+//! The report (JSON, one disk a line, with each partition's requests and bytes, so that the
+//! work of two images on one disk can be told apart): read `MOUNTPOINT/.diskmodel-stats` at
+//! any time (take differences between two readings around a phase); also written to --report
+//! FILE (or printed) on SIGUSR1 and at unmount. The parameters are printed at start. --show
+//! prints a parameter set and what the model predicts for it (sequential MB/s, random 4 KiB
+//! reads). Stop it with: umount MOUNTPOINT.
 
 #[path = "../disk/mod.rs"]
 mod disk;

@@ -148,9 +148,25 @@ impl LiveDisk {
         out
     }
 
-    /// A cache flush: nothing to do for a disk without a write cache; counted.
+    /// A cache flush (fsync): returns when the write cache is empty and its last destage on
+    /// the platter (at once for a disk without a write cache); counted.
     pub fn flush(&self) {
+        tight_timers();
         self.lock().disk.note_flush();
+        loop {
+            let mut st = self.lock();
+            let now = self.now();
+            st.advance(now);
+            // Writes may keep arriving meanwhile: look again at the predicted time.
+            let Some(clean) = st.disk.clean_at() else {
+                return;
+            };
+            drop(st);
+            if clean <= now {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs_f64((clean - now).clamp(1e-6, 0.01)));
+        }
     }
 
     /// The disk's figures so far, and the requests served late.

@@ -45,16 +45,37 @@
 //! where the previous one ended and is already queued when it ends (the kernel submits
 //! several) waits for nothing, and one that arrives a moment late waits almost a full turn.
 //!
-//! Cache: one segment with read-ahead, no write cache. After a read from the media the head
-//! goes on reading the following addresses into the cache at the media rate while the disk is
-//! idle, up to `readahead` bytes past the read (0: no read-ahead), until the next request makes
-//! it stop. The segment holds the last read and what was read ahead after it. A read that lies
-//! in the segment is a hit: it costs its size at `interface_mbs` and leaves the head alone. A
-//! read that starts in the segment while the read-ahead still runs takes the cached part and
-//! goes on streaming from the media without seek or rotation. Writes are written through (the
-//! write cache off, as a journaling file system's comparisons want it): each is on the platter
-//! at its completion, so a flush costs nothing; a write stops the read-ahead and drops the
+//! Cache: one read segment with read-ahead, and a write cache. After a read from the media
+//! the head goes on reading the following addresses into the cache at the media rate while the
+//! disk is idle, up to `readahead` bytes past the read (0: no read-ahead), until the next
+//! request makes it stop. The segment holds the last read and what was read ahead after it. A
+//! read that lies in the segment is a hit: it costs its size at `interface_mbs` and leaves the
+//! head alone. A read that starts in the segment while the read-ahead still runs takes the
+//! cached part and goes on streaming from the media without seek or rotation. With the write
+//! cache off (the default of every set) writes are written through: each is on the platter at
+//! its completion, so a flush costs nothing; a write stops the read-ahead and drops the
 //! segment if it overlaps it.
+//!
+//! Write cache (`write_cache=SIZE`, `on` for the set's size: paper5400's whole 2 MB buffer,
+//! 64 MiB for hdd7200; `off` or 0: none). The cache holds dirty extents, merged when they
+//! overlap or touch. A write of at most SIZE bytes completes when it is in the cache: it
+//! starts as soon as it has arrived and the interface is free (requests from or into the
+//! cache take the interface one after the other, not the mechanism, so they do not wait for
+//! a seek in progress) and costs its size at `interface_mbs`, if the bytes it adds fit. If they
+//! fit only once the destage in progress is on the platter, it starts then; if not even then,
+//! it waits for room (the full cache). A larger write is written through, as without a cache
+//! (and drops the cached data it overwrites). Destaging: whenever the mechanism is free and
+//! no request for it has arrived (idle), or at once while a write waits for room (full), the
+//! disk writes the next dirty piece in C-LOOK order from the head (the first extent at or
+//! after it, else the lowest), at most 256 KiB of it, exactly as a write of those bytes
+//! (seek, rotation, media rate; it stops the read-ahead). A piece's room is freed when it is on
+//! the platter. A destage once started runs to its end: a read arriving meanwhile waits for it
+//! (for at most 256 KiB at the media rate). Destaging is busy time (the disk's work: the
+//! paper's disk I/O time counts it), with its seeks, rotation and transfer in the figures,
+//! and counted as `destages` and `destaged_bytes`. A read that lies wholly in one dirty extent
+//! is served from the cache at `interface_mbs` (a cache hit); one that overlaps dirty data only
+//! in part goes to the media. A flush (fsync, a loop device's FLUSH) completes when the cache
+//! is empty and its last destage done (`Disk::clean_at`).
 //!
 //! # SSD
 //!
@@ -72,9 +93,13 @@
 //! 8.5 ms average seek of the datasheets, 1 ms track to track, 17 ms full stroke, 200 MB/s outer
 //! to 100 MB/s inner, 1 MiB read-ahead. `ssd`: a SATA SSD: 70 µs read and 50 µs write latency
 //! (4 KiB at queue depth 1: about 13,000 reads/s), 550 MB/s read and 500 MB/s write (the SATA
-//! link's ceiling), 8 requests in service at once. Any parameter can be changed after the
-//! set's name: `hdd7200,capacity=8G,readahead=0`. MB/s are 10^6 bytes a second; sizes are
-//! bytes, with K, M, G or T after them for powers of 1024.
+//! link's ceiling), 8 requests in service at once. No set has its write cache on by default:
+//! the figures measured so far are without one, and a run with it is a choice to state
+//! (`paper5400,write_cache=on`; the IDE disks of 2002 shipped with it on). Any parameter can
+//! be changed after the set's name: `hdd7200,capacity=8G,readahead=0`. MB/s are 10^6 bytes a
+//! second; sizes are bytes, with K, M, G or T after them for powers of 1024.
+
+use std::collections::BTreeMap;
 
 pub const MIB: u64 = 1 << 20;
 
@@ -105,6 +130,8 @@ pub struct HddParams {
     pub readahead: u64,
     pub interface_mbs: f64,
     pub queue: QueuePolicy,
+    /// The write cache's size in bytes; 0: no write cache (writes go through to the platter).
+    pub write_cache: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -147,6 +174,7 @@ impl Params {
                 readahead: 256 << 10,
                 interface_mbs: 100.0,
                 queue: QueuePolicy::Clook,
+                write_cache: 0,
             }),
             "hdd7200" => Kind::Hdd(HddParams {
                 capacity: 2_000_000_000_000,
@@ -160,6 +188,7 @@ impl Params {
                 readahead: MIB,
                 interface_mbs: 600.0,
                 queue: QueuePolicy::Clook,
+                write_cache: 0,
             }),
             "ssd" => Kind::Ssd(SsdParams {
                 capacity: 500_000_000_000,
@@ -199,7 +228,7 @@ impl Params {
     }
 
     fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        const HDD_KEYS: &str = "capacity, rpm, heads, seek_track_ms, seek_avg_ms, seek_full_ms, rate_outer_mbs, rate_inner_mbs, readahead, interface_mbs, queue";
+        const HDD_KEYS: &str = "capacity, rpm, heads, seek_track_ms, seek_avg_ms, seek_full_ms, rate_outer_mbs, rate_inner_mbs, readahead, interface_mbs, queue, write_cache";
         const SSD_KEYS: &str =
             "capacity, read_latency_us, write_latency_us, latency_us, read_mbs, write_mbs, parallel";
         let preset = self.preset.as_str();
@@ -222,6 +251,13 @@ impl Params {
                         "clook" => QueuePolicy::Clook,
                         "fifo" => QueuePolicy::Fifo,
                         _ => return Err(format!("queue={value}: expected clook or fifo")),
+                    }
+                }
+                "write_cache" => {
+                    p.write_cache = match value {
+                        "off" => 0,
+                        "on" => write_cache_when_on(preset),
+                        _ => size(key, value)?,
                     }
                 }
                 _ => return Err(unknown(HDD_KEYS)),
@@ -256,11 +292,12 @@ impl Params {
         match &self.kind {
             Kind::Hdd(p) => {
                 let mut s = format!(
-                    "{{\"model\": \"{}\", \"kind\": \"hdd\", \"capacity\": {}, \"rpm\": {}, \"heads\": {}, \"seek_track_ms\": {}, \"seek_avg_ms\": {}, \"seek_full_ms\": {}, \"rate_outer_mbs\": {}, \"rate_inner_mbs\": {}, \"readahead\": {}, \"interface_mbs\": {}, \"queue\": \"{}\"",
+                    "{{\"model\": \"{}\", \"kind\": \"hdd\", \"capacity\": {}, \"rpm\": {}, \"heads\": {}, \"seek_track_ms\": {}, \"seek_avg_ms\": {}, \"seek_full_ms\": {}, \"rate_outer_mbs\": {}, \"rate_inner_mbs\": {}, \"readahead\": {}, \"interface_mbs\": {}, \"queue\": \"{}\", \"write_cache\": {}",
                     self.preset, p.capacity, p.rpm, p.heads, p.seek_track_ms, p.seek_avg_ms,
                     p.seek_full_ms, p.rate_outer_mbs, p.rate_inner_mbs, p.readahead,
                     p.interface_mbs,
-                    if p.queue == QueuePolicy::Clook { "clook" } else { "fifo" }
+                    if p.queue == QueuePolicy::Clook { "clook" } else { "fifo" },
+                    p.write_cache
                 );
                 if let Ok(g) = Geometry::new(p) {
                     s += &format!(
@@ -279,6 +316,15 @@ impl Params {
                 p.write_mbs, p.parallel
             ),
         }
+    }
+}
+
+/// `write_cache=on`: the set's whole buffer (paper5400's 2 MB), or a current desktop disk's
+/// 64 MiB of cache.
+fn write_cache_when_on(preset: &str) -> u64 {
+    match preset {
+        "paper5400" => 2 * MIB,
+        _ => 64 * MIB,
     }
 }
 
@@ -567,6 +613,16 @@ impl Hdd {
         }
     }
 
+    /// Data written into the write cache over [a, b): the read segment no longer holds it.
+    /// The head stays where it is (the mechanism was not used).
+    fn written_over(&mut self, a: u64, b: u64, t: f64) {
+        if let Some(seg) = self.segment {
+            if a < self.segment_end(&seg, t) && seg.start < b {
+                self.segment = None;
+            }
+        }
+    }
+
     /// Seek from the head's address to p, wait for p to come round, transfer p..q.
     fn access(&self, head: u64, p: u64, q: u64, t: f64) -> Service {
         let distance = self
@@ -744,6 +800,133 @@ impl Mechanism {
             Mechanism::Ssd(s) => s.serve(req, t),
         }
     }
+
+    fn written_over(&mut self, a: u64, b: u64, t: f64) {
+        if let Mechanism::Hdd(h) = self {
+            h.written_over(a, b, t);
+        }
+    }
+}
+
+/// The longest piece of a dirty extent one destage writes: a read arriving meanwhile waits
+/// for at most this much transfer (about 15 ms on paper5400's outer tracks).
+const DESTAGE_MAX: u64 = 256 << 10;
+
+/// An HDD's write cache: the dirty extents [start, end) (disjoint, never adjacent: adjacent
+/// data is one extent, destaged in one go) and the piece being destaged, which keeps its
+/// room until it is on the platter.
+#[derive(Clone, Debug, Default)]
+struct WriteCache {
+    size: u64,
+    dirty: BTreeMap<u64, u64>,
+    bytes: u64,
+    /// The destage in progress: when it completes, and the room it frees then.
+    destaging: Option<(f64, u64)>,
+}
+
+impl WriteCache {
+    /// Whether [a, b) is all dirty in the cache (a read of it is served from there).
+    fn holds(&self, a: u64, b: u64) -> bool {
+        self.dirty
+            .range(..=a)
+            .next_back()
+            .is_some_and(|(_, &end)| end >= b)
+    }
+
+    /// The dirty extents overlapping [a, b).
+    fn overlapping(&self, a: u64, b: u64) -> Vec<(u64, u64)> {
+        self.dirty
+            .range(..b)
+            .rev()
+            .take_while(|(_, &end)| end > a)
+            .map(|(&s, &e)| (s, e))
+            .collect()
+    }
+
+    /// The bytes of [a, b) not in the cache yet: what a write of it adds.
+    fn new_bytes(&self, a: u64, b: u64) -> u64 {
+        let held: u64 = self
+            .overlapping(a, b)
+            .iter()
+            .map(|&(s, e)| e.min(b) - s.max(a))
+            .sum();
+        (b - a) - held
+    }
+
+    /// The room taken at time t: the dirty data, and the piece being destaged until it is.
+    fn taken(&self, t: f64) -> u64 {
+        self.bytes
+            + self
+                .destaging
+                .filter(|&(done, _)| done > t)
+                .map_or(0, |(_, len)| len)
+    }
+
+    /// Drop [a, b) from the dirty data (written through, or being destaged).
+    fn remove(&mut self, a: u64, b: u64) {
+        for (s, e) in self.overlapping(a, b) {
+            self.dirty.remove(&s);
+            self.bytes -= e - s;
+            if s < a {
+                self.dirty.insert(s, a);
+                self.bytes += a - s;
+            }
+            if e > b {
+                self.dirty.insert(b, e);
+                self.bytes += e - b;
+            }
+        }
+    }
+
+    /// Add [a, b) to the dirty data, merged with what it overlaps or touches.
+    fn insert(&mut self, a: u64, b: u64) {
+        self.remove(a, b);
+        let (mut start, mut end) = (a, b);
+        if let Some((&s, &e)) = self.dirty.range(..a).next_back() {
+            if e == a {
+                self.dirty.remove(&s);
+                self.bytes -= e - s;
+                start = s;
+            }
+        }
+        if let Some(e) = self.dirty.remove(&b) {
+            self.bytes -= e - b;
+            end = e;
+        }
+        self.dirty.insert(start, end);
+        self.bytes += end - start;
+    }
+
+    /// The next piece to destage by C-LOOK from the head: the first extent at or after it,
+    /// else the lowest; at most DESTAGE_MAX bytes from the extent's start.
+    fn next_piece(&self, head: u64) -> Option<(u64, u64)> {
+        let (&s, &e) = self
+            .dirty
+            .range(head..)
+            .next()
+            .or_else(|| self.dirty.iter().next())?;
+        Some((s, e.min(s.saturating_add(DESTAGE_MAX))))
+    }
+}
+
+/// How a queued request can be served at the moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Route {
+    /// By the mechanism (a read not all in the write cache, a write through).
+    Media,
+    /// From or into the write cache, not before the given time (the room a destage in
+    /// progress frees when it completes).
+    Cache(f64),
+    /// A write waiting for room in the full write cache.
+    Blocked,
+}
+
+/// What the disk does next.
+#[derive(Clone, Copy, Debug)]
+enum Next {
+    Cache(usize),
+    Media,
+    Destage,
 }
 
 /// What a disk did. Busy time counts a request's whole service once it has started.
@@ -763,41 +946,66 @@ pub struct Stats {
     pub cache_hits: u64,
     pub queue_wait_s: f64,
     pub max_queue: u64,
+    /// Write cache: pieces written from it to the platter, their bytes, and the bytes in it
+    /// not on the platter yet.
+    pub destages: u64,
+    pub destaged_bytes: u64,
+    pub dirty_bytes: u64,
 }
 
 impl Stats {
     /// The figures as JSON members (no braces), for a report to put in its object.
     pub fn json_members(&self) -> String {
         format!(
-            "\"busy_s\": {:.6}, \"reads\": {}, \"writes\": {}, \"bytes_read\": {}, \"bytes_written\": {}, \"flushes\": {}, \"seeks\": {}, \"seek_cylinders\": {}, \"seek_s\": {:.6}, \"rotation_s\": {:.6}, \"transfer_s\": {:.6}, \"cache_hits\": {}, \"queue_wait_s\": {:.6}, \"max_queue\": {}",
+            "\"busy_s\": {:.6}, \"reads\": {}, \"writes\": {}, \"bytes_read\": {}, \"bytes_written\": {}, \"flushes\": {}, \"seeks\": {}, \"seek_cylinders\": {}, \"seek_s\": {:.6}, \"rotation_s\": {:.6}, \"transfer_s\": {:.6}, \"cache_hits\": {}, \"queue_wait_s\": {:.6}, \"max_queue\": {}, \"destages\": {}, \"destaged_bytes\": {}, \"dirty_bytes\": {}",
             self.busy_s, self.reads, self.writes, self.bytes_read, self.bytes_written,
             self.flushes, self.seeks, self.seek_cylinders, self.seek_s, self.rotation_s,
-            self.transfer_s, self.cache_hits, self.queue_wait_s, self.max_queue
+            self.transfer_s, self.cache_hits, self.queue_wait_s, self.max_queue, self.destages,
+            self.destaged_bytes, self.dirty_bytes
         )
     }
 }
 
-/// One simulated disk: its mechanism, its queue and its clock.
+/// One simulated disk: its mechanism, its queue, its write cache and its clock.
 #[derive(Clone, Debug)]
 pub struct Disk {
     mech: Mechanism,
     pending: Vec<Request>,
-    /// Completion times of the requests started and not yet seen to end.
+    /// Completion times of the mechanism's requests started and not yet seen to end.
     in_service: Vec<f64>,
     /// The time of the last start: starts never go back in time.
     clock: f64,
     busy_end: f64,
+    /// An HDD's write cache (None: writes go through).
+    cache: Option<WriteCache>,
+    /// The interface's rate (bytes/s) and when it is free: requests served from or into the
+    /// write cache take it one after the other.
+    interface: f64,
+    interface_free: f64,
     stats: Stats,
 }
 
 impl Disk {
     pub fn new(params: &Params) -> Result<Disk, String> {
+        let (cache, interface) = match &params.kind {
+            Kind::Hdd(p) => (
+                (p.write_cache > 0).then(|| WriteCache {
+                    size: p.write_cache,
+                    ..WriteCache::default()
+                }),
+                p.interface_mbs * 1e6,
+            ),
+            Kind::Ssd(p) => (None, p.write_mbs * 1e6),
+        };
         Ok(Disk {
             mech: Mechanism::new(params)?,
             pending: Vec::new(),
             in_service: Vec::new(),
             clock: 0.0,
             busy_end: 0.0,
+            cache,
+            interface,
+            interface_free: 0.0,
             stats: Stats::default(),
         })
     }
@@ -820,10 +1028,37 @@ impl Disk {
         self.pending.push(req);
     }
 
-    /// When the next queued request can start (None: nothing is queued).
-    pub fn next_start(&self) -> Option<f64> {
-        let earliest = self.pending.iter().map(|r| r.arrival).reduce(f64::min)?;
-        let slot_free = if self.in_service.len() < self.mech.parallel() {
+    /// How a queued request can be served now (see `Route`).
+    fn route(&self, req: &Request) -> Route {
+        let Some(cache) = &self.cache else {
+            return Route::Media;
+        };
+        let (a, b) = (req.pos, req.pos.saturating_add(req.len));
+        match req.op {
+            Op::Read if cache.holds(a, b) => Route::Cache(f64::NEG_INFINITY),
+            Op::Read => Route::Media,
+            // Larger than the whole cache: written through.
+            Op::Write if req.len > cache.size => Route::Media,
+            Op::Write => {
+                let adds = cache.new_bytes(a, b);
+                if cache.taken(self.clock) + adds <= cache.size {
+                    Route::Cache(f64::NEG_INFINITY)
+                } else if cache.bytes + adds <= cache.size {
+                    Route::Cache(cache.destaging.map_or(self.clock, |(done, _)| done))
+                } else {
+                    Route::Blocked
+                }
+            }
+        }
+    }
+
+    /// What the disk does next and when, if nothing else arrives: a request from or into the
+    /// write cache as soon as it has arrived and the interface is free; a request for the
+    /// mechanism (chosen by the queue's order) once the mechanism is free; a destage when the
+    /// mechanism is free and no request for it has arrived, or first of all while a write
+    /// waits for room.
+    fn next_event(&self) -> Option<(f64, Next)> {
+        let mechanism_free = if self.in_service.len() < self.mech.parallel() {
             f64::NEG_INFINITY
         } else {
             self.in_service
@@ -831,36 +1066,168 @@ impl Disk {
                 .copied()
                 .fold(f64::INFINITY, f64::min)
         };
-        Some(self.clock.max(slot_free).max(earliest))
+        let (mut cached, mut media_arrival, mut blocked) = (None::<(f64, u64, usize)>, None, false);
+        for (i, r) in self.pending.iter().enumerate() {
+            match self.route(r) {
+                Route::Cache(not_before) => {
+                    let t = self
+                        .clock
+                        .max(self.interface_free)
+                        .max(r.arrival)
+                        .max(not_before);
+                    if cached.is_none_or(|(ct, cid, _)| (t, r.id) < (ct, cid)) {
+                        cached = Some((t, r.id, i));
+                    }
+                }
+                Route::Media => {
+                    media_arrival = Some(r.arrival.min(media_arrival.unwrap_or(f64::INFINITY)))
+                }
+                Route::Blocked => blocked = true,
+            }
+        }
+        let mut next = cached.map(|(t, _, i)| (t, Next::Cache(i)));
+        let mut consider = |candidate: Option<(f64, Next)>| {
+            if let Some((t, what)) = candidate {
+                if next.is_none_or(|(nt, _)| t < nt) {
+                    next = Some((t, what));
+                }
+            }
+        };
+        let media = media_arrival.map(|a| (self.clock.max(mechanism_free).max(a), Next::Media));
+        let destage = self
+            .cache
+            .as_ref()
+            .filter(|c| !c.dirty.is_empty())
+            // The mechanism writes from the buffer while the interface fills it (data comes in
+            // at the interface rate, faster than the media's).
+            .map(|_| (self.clock.max(mechanism_free), Next::Destage))
+            .filter(|&(t, _)| blocked || media_arrival.is_none_or(|a| a > t));
+        if blocked {
+            consider(destage);
+            consider(media);
+        } else {
+            consider(media);
+            consider(destage);
+        }
+        next
     }
 
-    /// Start every queued request that can start by `now`, in the queue's order; appends what
-    /// was started (with its completion time) to `started`. Call it with every arrival and
-    /// completion as `now` advances (or once with infinity when all arrivals are known).
+    /// When the disk can do something next (start a queued request or destage), if nothing
+    /// else arrives (None: nothing to do).
+    pub fn next_start(&self) -> Option<f64> {
+        self.next_event().map(|(t, _)| t)
+    }
+
+    /// The bytes in the write cache not yet on the platter.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| c.bytes)
+    }
+
+    /// When the write cache will be empty and its last destage complete, if nothing else
+    /// arrives (None: it is empty now). A flush waits until then.
+    pub fn clean_at(&self) -> Option<f64> {
+        let cache = self.cache.as_ref()?;
+        let in_progress = cache.destaging.filter(|&(done, _)| done > self.clock);
+        if cache.bytes == 0 {
+            return in_progress.map(|(done, _)| done);
+        }
+        let mut ahead = self.clone();
+        ahead.advance(f64::INFINITY, &mut Vec::new());
+        Some(ahead.busy_end.max(ahead.clock))
+    }
+
+    /// Start every queued request that can start by `now`, in the queue's order, and destage
+    /// the write cache while the mechanism is otherwise idle; appends the requests started
+    /// (with their completion times) to `started`. Call it with every arrival and completion
+    /// as `now` advances (or once with infinity when all arrivals are known).
     pub fn advance(&mut self, now: f64, started: &mut Vec<Started>) {
-        while let Some(t) = self.next_start().filter(|&t| t <= now) {
+        while let Some((t, next)) = self.next_event().filter(|&(t, _)| t <= now) {
             self.clock = t;
             self.in_service.retain(|&d| d > t);
-            let i = self.choose(t);
-            let req = self.pending.swap_remove(i);
-            let svc = self.mech.serve(&req, t);
-            self.account(&req, t, &svc);
-            self.in_service.push(svc.done);
-            started.push(Started {
-                id: req.id,
-                start: t,
-                done: svc.done,
-            });
+            match next {
+                Next::Cache(i) => {
+                    let req = self.pending.swap_remove(i);
+                    let svc = self.serve_from_cache(&req, t);
+                    self.account(&req, t, &svc);
+                    started.push(Started {
+                        id: req.id,
+                        start: t,
+                        done: svc.done,
+                    });
+                }
+                Next::Media => {
+                    let i = self.choose(t);
+                    let req = self.pending.swap_remove(i);
+                    if let (Op::Write, Some(cache)) = (req.op, &mut self.cache) {
+                        // Written through: older cached data there must not be destaged over it.
+                        cache.remove(req.pos, req.pos.saturating_add(req.len));
+                    }
+                    let svc = self.mech.serve(&req, t);
+                    self.account(&req, t, &svc);
+                    self.in_service.push(svc.done);
+                    started.push(Started {
+                        id: req.id,
+                        start: t,
+                        done: svc.done,
+                    });
+                }
+                Next::Destage => self.destage(t),
+            }
+            self.stats.dirty_bytes = self.dirty_bytes();
         }
     }
 
-    /// The queued request to start at t, among those arrived by then.
+    /// A read of dirty cached data, or a write into the cache: the transfer at the interface
+    /// rate; the mechanism is not used.
+    fn serve_from_cache(&mut self, req: &Request, t: f64) -> Service {
+        let done = t + req.len as f64 / self.interface;
+        self.interface_free = done;
+        let (a, b) = (req.pos, req.pos.saturating_add(req.len));
+        if req.op == Op::Write {
+            self.mech.written_over(a, b, t);
+            if let Some(cache) = &mut self.cache {
+                cache.insert(a, b);
+            }
+        }
+        Service {
+            done,
+            transfer_s: done - t,
+            cache_hit: req.op == Op::Read,
+            ..Service::default()
+        }
+    }
+
+    /// Write the next dirty piece (C-LOOK from the head) to the platter, as a write of it.
+    fn destage(&mut self, t: f64) {
+        let head = self.mech.head_at(t);
+        let Some((a, b)) = self.cache.as_ref().and_then(|c| c.next_piece(head)) else {
+            return;
+        };
+        let req = Request {
+            id: u64::MAX,
+            op: Op::Write,
+            pos: a,
+            len: b - a,
+            arrival: t,
+        };
+        let svc = self.mech.serve(&req, t);
+        if let Some(cache) = &mut self.cache {
+            cache.remove(a, b);
+            cache.destaging = Some((svc.done, b - a));
+        }
+        self.in_service.push(svc.done);
+        self.stats.destages += 1;
+        self.stats.destaged_bytes += b - a;
+        self.account_service(t, &svc);
+    }
+
+    /// The queued request for the mechanism to start at t, among those arrived by then.
     fn choose(&self, t: f64) -> usize {
         let arrived = self
             .pending
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.arrival <= t);
+            .filter(|(_, r)| r.arrival <= t && self.route(r) == Route::Media);
         let first_come = |(_, r): &(usize, &Request)| (r.arrival, r.id);
         let chosen = match self.mech.queue() {
             QueuePolicy::Fifo => {
@@ -892,13 +1259,19 @@ impl Disk {
                 s.bytes_written += req.len;
             }
         }
+        s.cache_hits += u64::from(svc.cache_hit);
+        s.queue_wait_s += start - req.arrival;
+        self.account_service(start, svc);
+    }
+
+    /// The time a service took (a request's or a destage's): busy time and where it went.
+    fn account_service(&mut self, start: f64, svc: &Service) {
+        let s = &mut self.stats;
         s.seeks += u64::from(svc.seek_cylinders > 0);
         s.seek_cylinders += svc.seek_cylinders;
         s.seek_s += svc.seek_s;
         s.rotation_s += svc.rotation_s;
         s.transfer_s += svc.transfer_s;
-        s.cache_hits += u64::from(svc.cache_hit);
-        s.queue_wait_s += start - req.arrival;
         // The union of service intervals: starts come in time order.
         s.busy_s += (svc.done - start.max(self.busy_end)).max(0.0);
         self.busy_end = self.busy_end.max(svc.done);
@@ -987,6 +1360,13 @@ pub fn closed_loop(
     while completed < count {
         disk.advance(now, &mut started);
         in_flight.extend(started.drain(..).map(|s| s.done));
+        if in_flight.is_empty() {
+            // A write waits for room in the write cache: on to the destage that makes it.
+            if let Some(t) = disk.next_start().filter(|&t| t > now) {
+                now = t;
+                continue;
+            }
+        }
         let Some(i) = (0..in_flight.len()).min_by(|&x, &y| in_flight[x].total_cmp(&in_flight[y]))
         else {
             return Err("the disk stopped serving (a bug in the model)".into());

@@ -1,9 +1,10 @@
 //! The FUSE side of diskmodel: the regular files of one flat backing directory, each a
 //! partition of a simulated disk, served with direct I/O so the kernel caches nothing: every
 //! read and write of them goes through the disk's model (`LiveDisk::serve`) and returns when
-//! the simulated disk completes it. fsync costs nothing (the modelled disks have no write
-//! cache) and does not sync the backing file: the backing store's own speed must not leak
-//! into the timing. `.diskmodel-stats` in the mount's root (not listed) reads as the report.
+//! the simulated disk completes it. fsync (a loop device's FLUSH, a file system's own fsync
+//! of its image) waits until the disk's write cache is on the platter (at once without a
+//! write cache) and does not sync the backing file: the backing store's own speed must not
+//! leak into the timing. `.diskmodel-stats` in the mount's root (not listed) reads as the report.
 
 use super::live::LiveDisk;
 use super::model::{next_partition_start, Op, Partition, MIB};
@@ -42,6 +43,9 @@ pub struct Shared {
     pub disks: Vec<LiveDisk>,
     files: Mutex<Files>,
     epoch: Instant,
+    /// Requests and bytes by partition ((disk, start) -> reads, writes, bytes read, bytes
+    /// written): which image of a disk the work was for.
+    traffic: Mutex<HashMap<(usize, u64), [u64; 4]>>,
 }
 
 #[derive(Default)]
@@ -77,6 +81,7 @@ impl Shared {
             disks,
             files: Mutex::new(Files::default()),
             epoch,
+            traffic: Mutex::new(HashMap::new()),
         }
     }
 
@@ -176,9 +181,18 @@ impl Shared {
         }
     }
 
+    fn count(&self, at: &Placement, op: Op, bytes: u64) {
+        let mut traffic = lock(&self.traffic);
+        let c = traffic.entry((at.disk, at.part.start)).or_default();
+        let i = usize::from(op == Op::Write);
+        c[i] += 1;
+        c[2 + i] += bytes;
+    }
+
     /// The report: every disk's parameters, partitions and figures, one disk a line.
     pub fn report(&self) -> String {
         let files = lock(&self.files);
+        let traffic = lock(&self.traffic).clone();
         let time = self.epoch.elapsed().as_secs_f64();
         let mut out = format!("{{\"time_s\": {time:.6}, \"disks\": [\n");
         for (i, disk) in self.disks.iter().enumerate() {
@@ -189,8 +203,10 @@ impl Shared {
                 .filter_map(|n| files.placed.get(n).map(|p| (n, p)))
                 .filter(|(_, p)| p.disk == i)
                 .map(|(n, p)| {
+                    let [reads, writes, bytes_read, bytes_written] =
+                        traffic.get(&(i, p.part.start)).copied().unwrap_or_default();
                     format!(
-                        "{{\"file\": {}, \"start\": {}, \"length\": {}}}",
+                        "{{\"file\": {}, \"start\": {}, \"length\": {}, \"reads\": {reads}, \"writes\": {writes}, \"bytes_read\": {bytes_read}, \"bytes_written\": {bytes_written}}}",
                         json_string(&n.to_string_lossy()),
                         p.part.start,
                         p.part.length
@@ -465,6 +481,7 @@ impl Filesystem for DiskModelFs {
         }
         let r = self.image(fh).and_then(|(file, at)| {
             let disk = &self.shared.disks[at.disk];
+            self.shared.count(&at, Op::Read, size as u64);
             disk.serve(Op::Read, at.part.address(offset), size as u64, || {
                 read_fully(&file, offset, size as usize)
             })
@@ -489,6 +506,7 @@ impl Filesystem for DiskModelFs {
     ) {
         let r = self.image(fh).and_then(|(file, at)| {
             let disk = &self.shared.disks[at.disk];
+            self.shared.count(&at, Op::Write, data.len() as u64);
             disk.serve(
                 Op::Write,
                 at.part.address(offset),
