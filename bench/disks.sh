@@ -15,7 +15,23 @@
 # paper5400), --capacity SIZE (the disk's, default 4G), --image-size SIZE (each file system's
 # space, default 1536M), --meta-size SIZE (DualFS's metadata partition, out of --image-size,
 # default 256M), --write-cache off|on|SIZE (default: the model's own setting, off for
-# paper5400), --out DIR.
+# paper5400), --memory SIZE|none (default auto), --dirty auto|keep (default auto), --out DIR.
+#
+# The memory: the paper's machine had 256 MB of RAM, this one may have a hundred times more, in
+# which a kernel file system keeps all of PostMark's files until they are deleted: nothing but
+# the unmount's metadata would reach the disk. So PostMark runs in a memory cgroup (v2 if its
+# memory controller is there, else v1) limited to --memory: auto is the paper machine's 256 MiB
+# scaled by the workload (FILES / 20,000: 25.6 MiB with --quick, whose files are a tenth of the
+# paper's), so that the files take the same share of memory as in the paper. The page cache
+# PostMark fills and dirties (a kernel file system's, or that of DualFS's files in the FUSE
+# mount) is charged to that cgroup, as are the kernel file systems' metadata buffers that
+# PostMark's calls read. DualFS's daemon stays outside it: its own caches (metadata, log
+# segments) are part of its design. The kernel's dirty page limits are global (vm.dirty_*, by
+# default 10% and 20% of the host's available memory): with --dirty
+# auto they are set for the run to the kernel's default ratios (10% background, 20% limit) of
+# the memory limit, i.e. what the kernel would allow on a machine of that size, and restored at
+# exit (this throttles every writer of the host meanwhile). --memory none and --dirty keep give
+# the host's behaviour.
 #
 # The disk: every file system gets a fresh one (head at address 0, cache empty). A kernel file
 # system's image is the partition at address 0, reached through a loop device with direct I/O
@@ -42,7 +58,7 @@ export BENCH_TMPDIR="${BENCH_TMPDIR:-/dev/shm}"
 
 FILES=20000 TRANSACTIONS=50000 SUBDIRS=100 MIN_SIZE=500 MAX_SIZE=10000
 FS_LIST="ext2 ext3 ext4 xfs dualfs" MODEL=paper5400 CAPACITY=4G IMAGE=1536M META=256M
-WRITE_CACHE="" OUT=""
+WRITE_CACHE="" OUT="" MEMORY=auto DIRTY=auto
 usage() { bench_usage "$0" "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -57,6 +73,8 @@ while [ $# -gt 0 ]; do
         --image-size) IMAGE=$2; shift 2 ;;
         --meta-size) META=$2; shift 2 ;;
         --write-cache) WRITE_CACHE=$2; shift 2 ;;
+        --memory) MEMORY=$2; shift 2 ;;
+        --dirty) DIRTY=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         -h | --help) usage 0 ;;
         *) echo "unknown argument $1" >&2; usage 2 ;;
@@ -69,6 +87,13 @@ IMAGE_BYTES=$(numfmt --from=iec "$IMAGE") || bench_die "--image-size $IMAGE: not
 META_BYTES=$(numfmt --from=iec "$META") || bench_die "--meta-size $META: not a size"
 [ "$META_BYTES" -lt "$IMAGE_BYTES" ] || bench_die "--meta-size $META must be below --image-size $IMAGE"
 DATA_BYTES=$((IMAGE_BYTES - META_BYTES))
+case "$MEMORY" in
+    none) MEMORY_BYTES="" ;;
+    auto) MEMORY_BYTES=$((268435456 * FILES / 20000)); [ "$MEMORY_BYTES" -ge 16777216 ] || MEMORY_BYTES=16777216 ;;
+    *) MEMORY_BYTES=$(numfmt --from=iec "$MEMORY") || bench_die "--memory $MEMORY: not a size" ;;
+esac
+case "$DIRTY" in auto | keep) ;; *) bench_die "--dirty: auto or keep" ;; esac
+[ -z "$MEMORY_BYTES" ] && DIRTY=keep
 SPEC="$MODEL,capacity=$CAPACITY${WRITE_CACHE:+,write_cache=$WRITE_CACHE}"
 DISKMODEL_BIN="$CARGO_TARGET_DIR/release/diskmodel"
 
@@ -91,6 +116,67 @@ done
 for fs in "${!BENCH_SKIP[@]}"; do bench_log "$fs: skipped (${BENCH_SKIP[$fs]})"; done
 [ -n "$AVAILABLE" ] || bench_die "no file system to run on"
 bench_out_init "$OUT" disks
+
+# The memory cgroup PostMark runs in: a child of the root (cgroup v2, with the memory controller
+# enabled for the root's children) or of this script's own memory cgroup (v1), one per file
+# system (its peak is that run's), removed after it.
+CG_VERSION="" CG_PARENT="" CG=""
+DIRTY_SAVED=()
+if [ -n "$MEMORY_BYTES" ]; then
+    if [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
+        CG_VERSION=2 CG_PARENT=/sys/fs/cgroup
+    elif [ -f /sys/fs/cgroup/unified/cgroup.controllers ] && grep -qw memory /sys/fs/cgroup/unified/cgroup.controllers; then
+        CG_VERSION=2 CG_PARENT=/sys/fs/cgroup/unified
+    elif [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]; then
+        CG_VERSION=1 CG_PARENT=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory:\(.*\)$/\1/p' /proc/self/cgroup)
+        CG_PARENT=${CG_PARENT%/}
+    else
+        bench_die "--memory: no cgroup memory controller (mount | grep cgroup); --memory none runs without one"
+    fi
+    if [ "$CG_VERSION" = 2 ] && ! grep -qw memory "$CG_PARENT/cgroup.subtree_control"; then
+        echo +memory >"$CG_PARENT/cgroup.subtree_control" || bench_die "--memory: cannot enable the memory controller in $CG_PARENT"
+    fi
+fi
+cg_start() { # FS: a fresh cgroup for PostMark on FS
+    [ -n "$CG_VERSION" ] || return 0
+    CG=$CG_PARENT/dualfs-bench-disks-$$-$1
+    mkdir "$CG" || bench_die "cannot create the cgroup $CG"
+    if [ "$CG_VERSION" = 2 ]; then
+        [ ! -f "$CG/memory.swap.max" ] || echo 0 >"$CG/memory.swap.max"
+        echo "$MEMORY_BYTES" >"$CG/memory.max"
+    else
+        echo "$MEMORY_BYTES" >"$CG/memory.limit_in_bytes"
+    fi || bench_die "cannot limit $CG to $MEMORY_BYTES bytes"
+    BENCH_POSTMARK_CGROUP=$CG
+}
+cg_stop() { # FS: its peak memory and reclaim figures, then the cgroup removed
+    [ -n "$CG" ] || return 0
+    local peak
+    if [ "$CG_VERSION" = 2 ]; then
+        peak=$(cat "$CG/memory.peak" 2>/dev/null || echo 0)
+    else
+        peak=$(cat "$CG/memory.max_usage_in_bytes")
+        R[$1|mem_failcnt]=$(cat "$CG/memory.failcnt")
+    fi
+    R[$1|mem_peak]=$peak
+    R[$1|mem_stat]=$(awk '$1 ~ /^(total_)?(pgscan|pgsteal|workingset_refault_file|file_writeback|file_dirty|pgmajfault)/ { printf "%s%s=%s", sep, $1, $2; sep = " " }' "$CG/memory.stat")
+    rmdir "$CG" 2>/dev/null || { sleep 1; rmdir "$CG" 2>/dev/null; } || bench_log "could not remove $CG"
+    CG="" BENCH_POSTMARK_CGROUP=""
+}
+bench_cleanup_extra() {
+    local kv
+    [ -n "$CG" ] && [ -d "$CG" ] && rmdir "$CG" 2>/dev/null
+    for kv in "${DIRTY_SAVED[@]}"; do [ "${kv#*=}" = 0 ] || sysctl -q -w "$kv" >/dev/null; done
+}
+if [ "$DIRTY" = auto ]; then
+    # Restored at exit in this order, zeros skipped: a ratio written sets its bytes setting to
+    # 0 (the kernel refuses a 0 written there), a bytes setting written sets its ratio to 0.
+    for key in vm.dirty_background_ratio vm.dirty_ratio vm.dirty_background_bytes vm.dirty_bytes; do
+        DIRTY_SAVED+=("$key=$(sysctl -n "$key")")
+    done
+    sysctl -q -w vm.dirty_background_bytes=$((MEMORY_BYTES / 10)) vm.dirty_bytes=$((MEMORY_BYTES / 5)) ||
+        bench_die "--dirty auto: cannot set vm.dirty_background_bytes / vm.dirty_bytes"
+fi
 
 # The disk's figures from the model's report, one "key=value" a line (the first disk), then
 # each partition's requests and bytes as IMAGE:key=value (DualFS: which image they were for).
@@ -158,6 +244,7 @@ run_one() {
     before=$(model_stats "$disk")
     bench_log "$fs: PostMark"
     t0=$(bench_now)
+    cg_start "$fs"
     bench_postmark "$mnt" "$log" "$FILES" "$TRANSACTIONS" "$SUBDIRS" "$MIN_SIZE" "$MAX_SIZE"
     grep -q "seconds total" "$log" || { cat "$log" >&2; bench_die "$fs: PostMark did not complete"; }
     # Everything the file system still holds goes to the disk, then out of its write cache
@@ -172,6 +259,7 @@ run_one() {
         case "$line" in *.img:*) sync "$disk/${line%%:*}" ;; esac
     done
     R[$fs|wall]=$(bench_since "$t0")
+    cg_stop "$fs"
     after=$(model_stats "$disk")
     for image in "${files[@]}"; do
         case "$image" in *.img:*) for key in $PART_KEYS; do STAT_KEYS_OF[$fs]="${STAT_KEYS_OF[$fs]:-} ${image%%:*}:$key"; done ;; esac
@@ -196,6 +284,12 @@ echo "PostMark on one simulated disk: $FILES files of $MIN_SIZE-$MAX_SIZE B in $
     "$TRANSACTIONS transactions; 1 round; $(nproc) CPUs, kernel $(uname -r)"
 echo "Disk: $SPEC; each file system's space $IMAGE at address 0 (DualFS: metadata $META there, data after it)"
 echo "Model parameters: $PARAMS"
+if [ -n "$MEMORY_BYTES" ]; then
+    echo "Memory: PostMark in a cgroup v$CG_VERSION limited to $((MEMORY_BYTES >> 10)) KiB (under $CG_PARENT); DualFS's daemon outside it (its own caches are its design);" \
+        "vm.dirty_background_bytes / dirty_bytes $(if [ "$DIRTY" = auto ]; then echo "$((MEMORY_BYTES / 10)) / $((MEMORY_BYTES / 5)) for the run"; else echo "the host's"; fi)"
+else
+    echo "Memory: the host's ($(awk '/MemTotal/ { printf "%d MiB", $2 / 1024 }' /proc/meminfo)), no cgroup; dirty limits the host's"
+fi
 echo "Disk I/O = the disk's busy time from after mount to the end of unmount + cache flush; x $REF = its disk I/O over $REF's"
 echo
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
@@ -214,6 +308,10 @@ for fs in $AVAILABLE; do
         "$(mb "${R[$fs|meta.img:bytes_read]}") MB read, $(mb "${R[$fs|meta.img:bytes_written]}") MB written;" \
         "data (data.img) ${R[$fs|data.img:reads]%.*} reads, ${R[$fs|data.img:writes]%.*} writes," \
         "$(mb "${R[$fs|data.img:bytes_read]}") MB read, $(mb "${R[$fs|data.img:bytes_written]}") MB written"
+done
+for fs in $AVAILABLE; do
+    [ -n "${R[$fs|mem_peak]:-}" ] || continue
+    echo "$(bench_fs_label "$fs") PostMark's cgroup: peak $(mb "${R[$fs|mem_peak]}") MB${R[$fs|mem_failcnt]:+, limit hit ${R[$fs|mem_failcnt]} times}; ${R[$fs|mem_stat]}"
 done
 echo "reads/writes: the file system's requests (a write into the write cache counts when it is taken in);" \
     "seeks and seek/rotation/transfer: the mechanism's, destages included; late: requests whose real I/O outlasted the model's time"

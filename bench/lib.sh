@@ -432,6 +432,8 @@ bench_cleanup() {
     done
     for mnt in "${!BENCH_LOOP[@]}"; do for l in ${BENCH_LOOP[$mnt]}; do losetup -d "$l"; done; done
     [ -n "$BENCH_TMP" ] && [ -d "$BENCH_TMP" ] && rm -rf "$BENCH_TMP"
+    # A script's own undoing (settings it changed), after the unmounts.
+    declare -F bench_cleanup_extra >/dev/null && bench_cleanup_extra
     exit $rc
 }
 
@@ -702,10 +704,12 @@ bench_kernel_tar() {
 
 # bench_postmark DIR LOG FILES TRANSACTIONS SUBDIRS MIN_SIZE MAX_SIZE: one PostMark run in DIR;
 # LOG gets its output, each line prefixed by the time it was printed (a progress line such as
-# "Creating files...Done" is printed when its phase ends).
+# "Creating files...Done" is printed when its phase ends). With BENCH_POSTMARK_CGROUP set (a
+# cgroup's folder), PostMark runs in that cgroup.
 bench_postmark() {
     printf 'set location %s\nset number %s\nset transactions %s\nset subdirectories %s\nset size %s %s\nrun\nquit\n' \
         "$1" "$3" "$4" "$5" "$6" "$7" |
-        (cd "$BENCH_TMP" && stdbuf -oL postmark) |
+        (cd "$BENCH_TMP" && { [ -z "${BENCH_POSTMARK_CGROUP:-}" ] || echo "$BASHPID" >"$BENCH_POSTMARK_CGROUP/cgroup.procs"; } &&
+            exec stdbuf -oL postmark) |
         while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$2"
 }
