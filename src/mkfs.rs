@@ -24,6 +24,10 @@ pub struct MkfsParams {
     pub blocks_per_group: u32,
     pub label: String,
     pub data_path: String,
+    /// The seed of the directory-name hash; None draws one at random, as every mkfs does.
+    /// Fixed, the same operations give the same tree shape and log layout (tests that
+    /// must not depend on the luck of a draw).
+    pub hash_seed: Option<u64>,
 }
 
 impl Default for MkfsParams {
@@ -34,6 +38,7 @@ impl Default for MkfsParams {
             blocks_per_group: 8 * (4096 - HEADER_SIZE as u32),
             label: String::new(),
             data_path: String::new(),
+            hash_seed: None,
         }
     }
 }
@@ -123,7 +128,9 @@ pub fn mkfs(
         blocks_per_group: p.blocks_per_group,
         segments,
         groups: data_blocks.div_ceil(p.blocks_per_group as u64),
-        hash_seed: u64::from_le_bytes(seed.as_bytes()[..8].try_into().unwrap()),
+        hash_seed: p
+            .hash_seed
+            .unwrap_or_else(|| u64::from_le_bytes(seed.as_bytes()[..8].try_into().unwrap())),
         created: Timespec::now().sec as u64,
         label: p.label.clone(),
         copy_segments: Superblock::copy_locations(segments),

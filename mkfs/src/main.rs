@@ -229,6 +229,7 @@ fn parameters(cli: &Cli) -> Result<MkfsParams, String> {
         blocks_per_group,
         label: cli.label.clone(),
         data_path: String::new(),
+        hash_seed: None,
     })
 }
 

@@ -955,11 +955,28 @@ fn a_cleaning_pass_leaves_the_working_set_cached() {
 /// limit counted inodes by the blocks they fill and the meta files' growth, and before a
 /// pass ran the best prefix of its victims, writers got ENOSPC with "nothing worth
 /// cleaning" at 96% of the limit, and 2,000 deletes did not let a mkdir through.
+///
+/// The live limit is exact to within a segment, not to the byte (see "The live limit" in
+/// docs/DESIGN.md): where writers are refused because no pass within the reserve gains, the
+/// live bytes must be within one segment of the limit. Where in the log each directory's
+/// entries land follows the name hash, whose seed mkfs draws at random; the outcome near the
+/// limit follows it too (one draw in twelve was refused 100-340 KB below the limit, each
+/// time in the churn), so the test fixes the seed and runs three of them, two of those.
 #[test]
 fn a_log_of_small_files_is_refused_by_its_live_limit_and_keeps_up_with_churn() {
+    for seed in [1, 2, 27] {
+        small_files_at_the_live_limit(seed);
+    }
+}
+
+fn small_files_at_the_live_limit(seed: u64) {
     let meta = Arc::new(MemDevice::new(64 << 20));
     let data = Arc::new(MemDevice::new(64 << 20));
-    mkfs(meta.clone(), data.clone(), &MkfsParams::default()).unwrap();
+    let params = MkfsParams {
+        hash_seed: Some(seed),
+        ..MkfsParams::default()
+    };
+    mkfs(meta.clone(), data.clone(), &params).unwrap();
     let fs = mount(meta.clone(), data.clone());
     let mut dirs: Vec<u64> = Vec::new();
     let mut dir_names: BTreeMap<u64, String> = BTreeMap::new();
@@ -984,12 +1001,20 @@ fn a_log_of_small_files_is_refused_by_its_live_limit_and_keeps_up_with_churn() {
         fs.release(a.ino, fh).unwrap();
         Ok((dir, name))
     };
+    let seg = 256 * BS;
     let no_futile_refusal = |fs: &Fs, when: &str| {
-        assert!(
-            fs.cleaner.futile.lock().is_none(),
-            "{when}: a writer was refused below the live limit (nothing worth cleaning): {:?}",
-            fs.cleaner_status()
-        );
+        // The mark holds the packed live bytes the refusal saw.
+        let futile = *fs.cleaner.futile.lock();
+        if let Some((_, live, _)) = futile {
+            let limit = fs.space().live_limit_bytes;
+            assert!(
+                live + seg >= limit,
+                "seed {seed}, {when}: a writer was refused {} bytes below the live limit \
+                 (nothing worth cleaning): {:?}",
+                limit.saturating_sub(live),
+                fs.cleaner_status()
+            );
+        }
     };
     let err = loop {
         match make(&fs, &mut dirs, &mut dir_names) {
@@ -1004,7 +1029,6 @@ fn a_log_of_small_files_is_refused_by_its_live_limit_and_keeps_up_with_churn() {
     fs.sync().unwrap();
     let sp = fs.space();
     let packed = fs.live_bytes_packed();
-    let seg = 256 * BS;
     assert!(packed <= sp.live_limit_bytes, "{packed} over {sp:?}");
     assert!(
         packed + 2 * seg >= sp.live_limit_bytes,
