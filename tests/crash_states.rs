@@ -387,10 +387,13 @@ mod durability {
         }
     }
 
+    /// Cached file data expires with each flush here: what these tests wait for is the
+    /// background flush carrying everything (data_expire, default 30 s, bounds data apart).
     fn opts(flush: Duration, checkpoint: Duration) -> MountOptions {
         MountOptions {
             flush_interval: flush,
             checkpoint_interval: checkpoint,
+            data_expire: flush,
             ..MountOptions::default()
         }
     }

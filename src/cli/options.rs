@@ -39,6 +39,9 @@ pub struct MountSettings {
     pub fsname: Option<String>,
     pub subtype: Option<String>,
     pub cache_bytes: Option<u64>,
+    /// `data_cache=SIZE`: written data held before it gets blocks (0: none).
+    pub data_cache_bytes: Option<u64>,
+    pub data_expire: Option<Duration>,
     pub flush_interval: Option<Duration>,
     pub checkpoint_interval: Option<Duration>,
     pub writeback_cache: bool,
@@ -141,9 +144,20 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
         "metadata cache budget, e.g. 512M or 2G (default 256M)",
     ),
     (
+        "data_cache=SIZE",
+        "written file data DualFS holds before giving it data blocks (default 256M; 0: \
+         none, every write goes to the data device at once): data deleted before it is \
+         written back never reaches the device, and each file's blocks are allocated together",
+    ),
+    (
+        "data_expire=SECONDS",
+        "cached data this old is written back at the next flush (default 30, as the kernel's \
+         dirty_expire_centisecs): the most of it a crash loses without fsync",
+    ),
+    (
         "flush_interval=SECONDS",
         "how often dirty metadata is written to the log (default 5): the most a crash loses \
-         without fsync",
+         of it without fsync (of cached file data: data_expire)",
     ),
     (
         "checkpoint_interval=SECONDS",
@@ -370,6 +384,15 @@ pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), Cl
             let text = needs_value(key, value, "SIZE")?;
             s.cache_bytes = Some(parse_size(text).map_err(|e| bad_value(key, text, &e))?);
         }
+        "data_cache" => {
+            let text = needs_value(key, value, "SIZE")?;
+            s.data_cache_bytes = Some(if text == "0" {
+                0
+            } else {
+                parse_size(text).map_err(|e| bad_value(key, text, &e))?
+            });
+        }
+        "data_expire" => s.data_expire = Some(positive_seconds(key, value)?),
         "flush_interval" => s.flush_interval = Some(positive_seconds(key, value)?),
         "checkpoint_interval" => s.checkpoint_interval = Some(positive_seconds(key, value)?),
         "ttl" => {
@@ -607,6 +630,12 @@ impl MountSettings {
             nodiratime: self.nodiratime,
             // `sync` makes directory changes synchronous too, as on Linux (IS_DIRSYNC).
             dirsync: self.dirsync || self.sync == Some(true),
+            // `sync`: every write reaches the device before it returns.
+            data_cache_bytes: match self.sync {
+                Some(true) => 0,
+                _ => self.data_cache_bytes.unwrap_or(defaults.data_cache_bytes),
+            },
+            data_expire: self.data_expire.unwrap_or(defaults.data_expire),
             ..defaults
         }
     }
@@ -686,10 +715,20 @@ mod tests {
     fn dualfs_options() {
         let s = parse(&[
             "cache_size=2G,flush_interval=0.5,checkpoint_interval=60,writeback_cache,ttl=0",
+            "data_cache=16M,data_expire=10",
         ])
         .unwrap();
         let core = s.core_options();
         assert_eq!(core.cache_bytes, 2 << 30);
+        assert_eq!(core.data_cache_bytes, 16 << 20);
+        assert_eq!(core.data_expire, Duration::from_secs(10));
+        let none = parse(&["data_cache=0"]).unwrap().core_options();
+        assert_eq!(none.data_cache_bytes, 0);
+        let sync = parse(&["sync,data_cache=16M"]).unwrap().core_options();
+        assert_eq!(
+            sync.data_cache_bytes, 0,
+            "sync writes go to the device at once"
+        );
         assert_eq!(core.flush_interval, Duration::from_millis(500));
         assert_eq!(core.checkpoint_interval, Duration::from_secs(60));
         let fuse = s.fuse_config();

@@ -76,6 +76,10 @@ pub(crate) struct DataAlloc {
     windows: Windows,
     /// File data was written since the last data-device flush.
     written: AtomicBool,
+    /// Blocks promised to cached file data that has none yet (data_cache.rs): not free for
+    /// anything else. Changed only under the map lock, so that a check of free space and
+    /// the change it allows are one step.
+    delayed: AtomicU64,
     /// Pointers per indirect block.
     ppb: u64,
 }
@@ -87,6 +91,7 @@ impl DataAlloc {
             map: NoIoMutex::ranked("data map", Rank::DATA_MAP, map),
             windows: Default::default(),
             written: AtomicBool::new(false),
+            delayed: AtomicU64::new(0),
             ppb,
         }
     }
@@ -124,9 +129,38 @@ impl DataAlloc {
         self.map.lock()
     }
 
-    /// Blocks free for allocation (not committed, not reserved).
+    /// Blocks free for allocation (not committed, not reserved, not promised to cached data).
     pub(crate) fn free_blocks(&self) -> u64 {
-        self.map.lock().free_blocks()
+        let map = self.map.lock();
+        map.free_blocks()
+            .saturating_sub(self.delayed.load(Ordering::Acquire))
+    }
+
+    /// Promise `n` blocks to cached data, if that many are free beside every promise made
+    /// (windows count as free: a write-back short of blocks takes them back first).
+    fn promise(&self, n: u64) -> bool {
+        let map = self.map.lock();
+        let delayed = self.delayed.load(Ordering::Acquire);
+        if map.free_blocks() + self.windows.blocks() < delayed + n {
+            return false;
+        }
+        self.delayed.store(delayed + n, Ordering::Release);
+        true
+    }
+
+    /// Promise `n` blocks again that a failed write-back was given and gave back: they are
+    /// free again, so the promise holds as before.
+    pub(crate) fn repromise(&self, n: u64) {
+        let _map = self.map.lock();
+        self.delayed.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Take back `n` blocks promised to cached data (it went, or got its blocks).
+    pub(crate) fn unpromise(&self, n: u64) {
+        let _map = self.map.lock();
+        let delayed = self.delayed.load(Ordering::Acquire);
+        assert!(delayed >= n, "unpromising {n} of {delayed} delayed blocks");
+        self.delayed.store(delayed - n, Ordering::Release);
     }
 
     /// Blocks reserved in windows and not yet given to a write (free space).
@@ -192,6 +226,8 @@ impl DataAlloc {
     /// `goal` when it runs out. With `contiguous` (preallocation) a window is the first free
     /// run long enough for the rest, where there is one. Returns runs (start, count); ENOSPC
     /// (nothing reserved) when there are not `n` free blocks outside other files' windows.
+    /// `promised`: the blocks are promised to cached data already (`promise`), and the
+    /// promise turns into them.
     fn alloc_data(
         &self,
         e: &Arc<InodeEntry>,
@@ -199,9 +235,19 @@ impl DataAlloc {
         n: u64,
         goal: u64,
         mut contiguous: bool,
+        promised: bool,
     ) -> Result<Vec<(u64, u64)>> {
         let in_window = st.window.map_or(0, |(next, end)| end - next);
-        if n > in_window && n - in_window > self.map.lock().free_blocks() {
+        // Free for this allocation: what nobody reserved, less what other cached data was
+        // promised.
+        let free = |map: &DataMap| {
+            let others = self
+                .delayed
+                .load(Ordering::Acquire)
+                .saturating_sub(if promised { n } else { 0 });
+            map.free_blocks().saturating_sub(others)
+        };
+        if n > in_window && n - in_window > free(&self.map.lock()) {
             return Err(FsError::Errno(libc::ENOSPC));
         }
         let mut goal = goal;
@@ -227,6 +273,8 @@ impl DataAlloc {
             let g = out.last().map(|r| r.0 + r.1).unwrap_or(goal);
             let got = {
                 let mut data = self.map.lock();
+                // A window never takes blocks promised to cached data.
+                let want = want.min(free(&data).max(need));
                 if contiguous {
                     let got = data.reserve_run(g, want);
                     // No run that long anywhere: the rest is taken as it comes.
@@ -243,6 +291,9 @@ impl DataAlloc {
                     return Err(FsError::Errno(libc::ENOSPC));
                 }
             }
+        }
+        if promised {
+            self.unpromise(n);
         }
         Ok(out)
     }
@@ -291,7 +342,8 @@ impl Fs {
         let alloc = || {
             let mut st = e.state.write();
             let goal = self.alloc.data_goal(&st, block);
-            self.alloc.alloc_data(e, &mut st, n, goal, contiguous)
+            self.alloc
+                .alloc_data(e, &mut st, n, goal, contiguous, false)
         };
         match alloc() {
             Err(FsError::Errno(libc::ENOSPC)) => {
@@ -306,6 +358,47 @@ impl Fs {
                 } else {
                     Err(FsError::Errno(libc::ENOSPC))
                 }
+            }
+            r => r,
+        }
+    }
+
+    /// Promise `n` blocks to data a write puts in the cache (data_cache.rs). Short of
+    /// blocks, as `alloc_data_retrying`: windows back, and the frees of deletes made
+    /// allocatable by a log write.
+    pub(crate) fn promise_retrying(&self, n: u64) -> Result<()> {
+        if n == 0 || self.alloc.promise(n) {
+            return Ok(());
+        }
+        let windows_back = self.alloc.return_all_windows() > 0;
+        let frees_pending = self.data_frees_pending();
+        if frees_pending {
+            self.sync_log()?;
+        }
+        if (windows_back || frees_pending) && self.alloc.promise(n) {
+            return Ok(());
+        }
+        Err(FsError::Errno(libc::ENOSPC))
+    }
+
+    /// The `n` blocks promised to `e`'s cached data, the first near file block `block`:
+    /// never ENOSPC while the promise holds, since every other allocation leaves promised
+    /// blocks alone (other files' windows go back first if they hold them).
+    pub(crate) fn alloc_promised(
+        &self,
+        e: &Arc<InodeEntry>,
+        n: u64,
+        block: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        let alloc = || {
+            let mut st = e.state.write();
+            let goal = self.alloc.data_goal(&st, block);
+            self.alloc.alloc_data(e, &mut st, n, goal, false, true)
+        };
+        match alloc() {
+            Err(FsError::Errno(libc::ENOSPC)) => {
+                self.alloc.return_all_windows();
+                alloc()
             }
             r => r,
         }

@@ -2,7 +2,7 @@
 //! needs, statfs counts them as free, and sequential writers still come out contiguous.
 
 use super::falloc_tests::unmount_and_check;
-use super::tests::{devices, mount, ROOT, U};
+use super::tests::{devices, mount_write_through as mount, ROOT, U};
 use super::*;
 use crate::format::bmap::DataPtr;
 

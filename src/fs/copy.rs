@@ -102,6 +102,8 @@ impl Fs {
             self.check_entry(&dst, Change::Modify)?;
             self.contents_changed_by(caller, &dst);
         }
+        // The copy finds the source's data by its block map: its cached data goes there first.
+        self.writeback_file(&src)?;
         let mut done = 0;
         let result = self.copy_pieces(&src, &dst, (off_in, off_out, len), &mut done);
         let extended = if done > 0 {

@@ -1,7 +1,7 @@
 //! Core tests of fallocate, SEEK_DATA/SEEK_HOLE and copy_file_range (no FUSE): sizes, block
 //! counts, contents, holes, errors, persistence and power cuts, each ending in a clean check.
 
-use super::tests::{crash_copy, devices, mount, ROOT, U};
+use super::tests::{crash_copy, devices, mount_write_through as mount, ROOT, U};
 use super::*;
 use crate::format::bmap::{max_blocks, DataPtr};
 

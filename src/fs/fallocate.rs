@@ -126,6 +126,8 @@ impl Fs {
             Err(FsError::Errno(libc::EINVAL)) => return Err(FsError::Errno(libc::ENODEV)),
             r => r?,
         };
+        // It changes the block map as a write-back would: the cached data goes first.
+        self.writeback_locked(&e)?;
         self.preload_range(&e, first, last + 1)?;
         self.contents_changed_by(caller, &e);
         match mode {

@@ -1,9 +1,10 @@
 //! File contents: open/release, read, write, truncate, fsync.
 //!
-//! Data goes straight to the data device (the kernel's page cache is the write cache); new
-//! blocks are reserved in per-file windows so sequential writes come out contiguous, written,
-//! and only then linked into the block map, so a log write never makes metadata point at data
-//! that is not on the device yet (the data device is flushed before the log).
+//! Written data waits in the daemon's cache (data_cache.rs) unless the mount has none; either
+//! way, when it goes to the data device, new blocks are reserved in per-file windows so
+//! sequential writes come out contiguous, written, and only then linked into the block map,
+//! so a log write never makes metadata point at data that is not on the device yet (the data
+//! device is flushed before the log).
 
 use super::bmap::{self, Need};
 use super::clean::Admit;
@@ -250,6 +251,7 @@ impl Fs {
         } else {
             bmap::Freed::default()
         };
+        self.drop_cached(e, st);
         let mut recs = self.log.records.lock();
         for (start, count) in freed.data {
             recs.push(Record::DFree { start, count });
@@ -367,7 +369,8 @@ impl Fs {
         // Runs of consecutive device blocks become one read.
         let mut run: Option<(u64, u64, u64)> = None; // (first file block, first device block, count)
         for n in first..=last + 1 {
-            let a = if n <= last {
+            // A cached block is copied here and ends a run like a hole.
+            let a = if n <= last && !self.read_cached(e, n, &mut buf, offset, end) {
                 self.resolve_written(e, n)?
             } else {
                 0
@@ -456,6 +459,23 @@ impl Fs {
             return Err(FsError::Errno(libc::EBADF));
         }
         let e = self.inode(ino)?;
+        let written = self.write_handle_locked(&e, h, offset, data, unprivileged_writer)?;
+        // Past its budget the cache is written back by its writers, as the kernel's page
+        // cache throttles writers to write back (no op lock held here).
+        self.writeback_over_budget()?;
+        Ok(written)
+    }
+
+    /// `write_as` once admitted and past the handle checks: under `e`'s op lock.
+    fn write_handle_locked(
+        &self,
+        e: &Arc<InodeEntry>,
+        h: Handle,
+        offset: u64,
+        data: &[u8],
+        unprivileged_writer: Option<&Caller>,
+    ) -> Result<u32> {
+        let e = e.clone();
         let _op = e.op.lock_arc();
         let size = regular_size(&e)?;
         // A descriptor opened before the file became append-only may not write either.
@@ -498,6 +518,9 @@ impl Fs {
             .ok_or(FsError::Errno(libc::EFBIG))?;
         if end.div_ceil(bs) > max_blocks(self.ppb) {
             return Err(FsError::Errno(libc::EFBIG));
+        }
+        if self.cache.enabled() {
+            return self.write_cached(e, size, off, data);
         }
         let (first, last) = (off / bs, (end - 1) / bs);
         // Bytes between the old end and the write are garbage on the device: they are zeroed,
@@ -667,6 +690,10 @@ impl Fs {
         }
         let size = e.state.read().d.size;
         let keep = new_size.div_ceil(bs);
+        if new_size > size {
+            // Growing over cached data would log a size that covers it: it goes first.
+            self.writeback_locked(e)?;
+        }
         if new_size < size {
             self.preload_all(e, keep)?;
         } else if new_size > size {
@@ -678,6 +705,7 @@ impl Fs {
         let _g = self.log.gate.read();
         let mut st = e.state.write();
         if new_size < size {
+            self.drop_cached_from(e, &mut st, keep, new_size);
             self.charge_block_range(keep, keep);
             let freed = bmap::free_from(&mut st, keep, self.ppb);
             let mut recs = self.log.records.lock();
@@ -705,7 +733,10 @@ impl Fs {
     /// dirty in one transaction, so both kinds of fsync cost the same).
     pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
         self.alive()?;
-        self.inode(ino)?;
+        let e = self.inode(ino)?;
+        // Only this file's cached data must be on the device; the others' stay cached (the
+        // log write records their files without it).
+        self.writeback_file(&e)?;
         self.sync_log()
     }
 }

@@ -132,11 +132,16 @@ pub(super) fn place_snapshot(st: &mut InodeState, plan: &SnapshotPlan) {
     // number is in the inode map once this transaction is applied.
     st.dirty = false;
     st.fresh = false;
+    // Data still cached has no blocks: the log records the file without it (data_cache.rs).
+    let mut inode = st.d.clone();
+    if let Some(c) = &st.cache {
+        (inode.size, inode.blocks) = c.logged(inode.size, inode.blocks);
+    }
     st.snapshot_part = Some(SnapshotPart {
         first,
         blocks,
         dead,
-        inode: st.d.clone(),
+        inode,
     });
 }
 
@@ -159,6 +164,7 @@ impl Fs {
     /// fsync and fsyncdir of any file or directory do the same.
     pub fn commit(&self) -> Result<()> {
         self.writable()?;
+        self.writeback_all()?;
         self.sync_log()
     }
 
@@ -540,6 +546,11 @@ impl Fs {
             }
             if me.log.wait_for_stop(me.opts.flush_interval) {
                 return;
+            }
+            // Cached data old enough goes to the data device before the log write maps it;
+            // the rest is recorded without it (data_cache.rs).
+            if let Err(e) = me.writeback_expired(me.opts.data_expire) {
+                log::warn!("periodic write-back of cached data: {e}");
             }
             let mut fl = me.log.flusher();
             let due = fl.last_ckpt.elapsed() >= me.opts.checkpoint_interval

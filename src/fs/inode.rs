@@ -360,6 +360,8 @@ pub struct InodeState {
     pub window_used: bool,
     /// This inode's part of the snapshot once placed, until the writer takes it.
     pub snapshot_part: Option<SnapshotPart>,
+    /// File data written and not yet on the data device (data_cache.rs).
+    pub cache: Option<Box<super::data_cache::FileCache>>,
 }
 
 impl InodeState {
@@ -443,6 +445,7 @@ impl InodeEntry {
                         window: None,
                         window_used: false,
                         snapshot_part: None,
+                        cache: None,
                     },
                 ),
             },
@@ -577,6 +580,7 @@ fn evictable(e: &Arc<InodeEntry>) -> bool {
                 && st.opens == 0
                 && st.window.is_none()
                 && st.ptrs.ndirty() == 0
+                && st.cache.is_none()
                 // A removed inode kept for the kernel's references is freed from the cache
                 // at its last FORGET (`Fs::forget`).
                 && (st.d.nlink > 0 || st.deleted)

@@ -13,6 +13,7 @@ mod blockcache;
 mod bmap;
 pub mod clean;
 mod copy;
+mod data_cache;
 mod dir;
 mod dirty;
 mod fallocate;
@@ -82,6 +83,12 @@ pub struct MountOptions {
     /// daemon is attached); without it only operations short of room, and passes asked for,
     /// clean.
     pub background_cleaning: bool,
+    /// Bytes of written file data held in the daemon before it gets data blocks (delayed
+    /// allocation: data_cache.rs); 0 writes every request's data to the device at once.
+    pub data_cache_bytes: u64,
+    /// Cached data this old is written back by the next periodic flush (as the kernel's
+    /// `dirty_expire_centisecs`, 30 s by default there too): the most a crash loses of it.
+    pub data_expire: Duration,
 }
 
 impl Default for MountOptions {
@@ -97,6 +104,8 @@ impl Default for MountOptions {
             strictatime: false,
             nodiratime: false,
             background_cleaning: true,
+            data_cache_bytes: 256 << 20,
+            data_expire: Duration::from_secs(30),
         }
     }
 }
@@ -165,6 +174,8 @@ pub struct Fs {
     ns: namespace::Namespace,
     /// Space and admission: thresholds, counters, charges of pending work, one pass at a time.
     cleaner: clean::CleanerState,
+    /// File data written and not yet allocated (delayed allocation).
+    cache: data_cache::DataCache,
     recovery: Recovery,
     /// Turned read-only while mounted (`set_read_only`, a remount): nothing is written.
     remounted_read_only: std::sync::atomic::AtomicBool,
@@ -330,6 +341,8 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
 
 #[cfg(test)]
 mod alloc_tests;
+#[cfg(test)]
+mod data_cache_tests;
 #[cfg(test)]
 mod falloc_tests;
 #[cfg(test)]

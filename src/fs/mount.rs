@@ -150,6 +150,11 @@ impl Fs {
                 next_new,
             ),
             cleaner: super::clean::CleanerState::new(),
+            cache: super::data_cache::DataCache::new(if opts.read_only {
+                0
+            } else {
+                opts.data_cache_bytes
+            }),
             recovery,
             sb,
             opts,
@@ -293,6 +298,7 @@ impl Fs {
     /// Write everything and a checkpoint (sync(2)).
     pub fn sync(&self) -> Result<()> {
         self.writable()?;
+        self.writeback_all()?;
         self.checkpoint(false)
     }
 
@@ -319,6 +325,10 @@ impl Fs {
     /// Write everything and a clean checkpoint. Later calls fail with EIO. After `shutdown`
     /// nothing is written and the next mount recovers.
     pub fn unmount(&self) -> Result<()> {
+        // Cached data reaches the device first (its log write is the final checkpoint).
+        if !self.is_read_only() && self.alive().is_ok() {
+            self.writeback_all()?;
+        }
         if !self.log.set_unmounted() {
             return Ok(());
         }

@@ -45,6 +45,8 @@ impl Fs {
         // A pass in progress ends first: the checkpoint comes after it.
         self.stop_cleaner();
         let written = (|| {
+            // Cached data reaches the device first, as at unmount.
+            self.writeback_all()?;
             // Reserved but unused data blocks go back, as at unmount (memory only).
             for e in self.ns.inodes.all() {
                 self.alloc.return_window(&e, &mut e.state.write());

@@ -1,4 +1,4 @@
-//! lseek(SEEK_DATA / SEEK_HOLE) from the block map.
+//! lseek(SEEK_DATA / SEEK_HOLE) from the block map and the cached data.
 //!
 //! Data is what a written pointer maps; holes are everything else: blocks never allocated,
 //! and blocks allocated by fallocate but never written (they read as zeros), as ext4 and XFS
@@ -38,9 +38,25 @@ impl Fs {
         }
         let bs = self.sb.block_size as u64;
         let (from, end) = (offset / bs, size.div_ceil(bs));
+        // Cached blocks are data, whatever the block map says (data_cache.rs).
         let found = match whence {
-            Whence::Data => self.find_block(&e, from, end, &written)?,
-            Whence::Hole => self.find_block(&e, from, end, &|raw| !written(raw))?,
+            Whence::Data => {
+                let mapped = self.find_block(&e, from, end, &written)?;
+                let cached = Fs::first_cached(&e.state.read(), from, end);
+                mapped.into_iter().chain(cached).min()
+            }
+            Whence::Hole => {
+                let mut from = from;
+                loop {
+                    let Some(h) = self.find_block(&e, from, end, &|raw| !written(raw))? else {
+                        break None;
+                    };
+                    if !Fs::is_cached(&e.state.read(), h) {
+                        break Some(h);
+                    }
+                    from = h + 1;
+                }
+            }
         };
         match (whence, found) {
             (_, Some(n)) => Ok((n * bs).max(offset).min(size)),

@@ -25,6 +25,19 @@ pub(super) fn mount(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) ->
     Fs::mount(meta.clone(), data.clone(), MountOptions::default()).unwrap()
 }
 
+/// A mount whose writes go to the data device at once (no delayed allocation): for tests of
+/// the block map and the allocator as each write leaves them.
+pub(super) fn mount_write_through(
+    meta: &Arc<dyn BlockDevice>,
+    data: &Arc<dyn BlockDevice>,
+) -> Arc<Fs> {
+    let opts = MountOptions {
+        data_cache_bytes: 0,
+        ..MountOptions::default()
+    };
+    Fs::mount(meta.clone(), data.clone(), opts).unwrap()
+}
+
 fn names(fs: &Fs, dir: u64) -> Vec<String> {
     let mut v = Vec::new();
     fs.readdir(dir, 0, &mut |e| {

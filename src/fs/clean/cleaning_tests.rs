@@ -44,6 +44,8 @@ fn quiet() -> MountOptions {
         flush_interval: Duration::from_secs(3600),
         checkpoint_interval: Duration::from_secs(3600),
         background_cleaning: false,
+        // Each write's blocks mapped at once, as these tests count the log they take.
+        data_cache_bytes: 0,
         ..MountOptions::default()
     }
 }

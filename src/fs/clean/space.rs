@@ -104,9 +104,11 @@ impl Fs {
         let records = self.log.records.count();
         let nodes = self.ns.tree.dirty_count() as u64;
         let freed = self.ns.tree.freed_count() as u64;
+        // Cached data maps its blocks when written back: its indirect blocks are pending too.
         let charged = self.cleaner.charged.load(Ordering::Acquire)
             + self.cleaner.inflight.load(Ordering::Acquire)
-            + self.cleaner.claimed.load(Ordering::Acquire);
+            + self.cleaner.claimed.load(Ordering::Acquire)
+            + self.cache.log_charge();
         let blocks = inodes.div_ceil(g.ipb) + nodes + charged;
         let meta = self.pending_meta_blocks(inodes, nodes + freed);
         let writing = self.cleaner.counts.writing.load(Ordering::Acquire);
@@ -128,7 +130,8 @@ impl Fs {
             clean: c.clean.load(Ordering::Acquire),
             pending: self.pending_blocks(),
             growth: self.cleaner.charged.load(Ordering::Acquire)
-                + self.cleaner.inflight.load(Ordering::Acquire),
+                + self.cleaner.inflight.load(Ordering::Acquire)
+                + self.cache.log_charge(),
             // Inode blocks, tree nodes, and the meta blocks the next checkpoint writes for the
             // first time (the IFile grows by the inode map of new inodes): those become live
             // only then.
@@ -222,7 +225,9 @@ impl Fs {
         if self.fits(&self.space(), op) {
             return Ok(());
         }
-        // What is pending was admitted against the room above the reserve: write it.
+        // What is pending was admitted against the room above the reserve: write it, with
+        // the cached data whose block maps it holds room for (no op lock is held here).
+        self.writeback_all()?;
         self.sync_log()?;
         if self.fits(&self.space(), op) {
             return Ok(());

@@ -1,0 +1,455 @@
+//! Delayed allocation: file data a write hands DualFS stays in the daemon, in whole blocks,
+//! until something asks for it on the device (the flush interval, fsync, `dualfs sync`,
+//! unmount, a full cache, an operation on the file's block map). Only then does it get data
+//! blocks, all of a file's at once (so they come out contiguous, near its directory), and
+//! reach the data device in runs, before the log write that maps them. Data freed before
+//! that (a file created and deleted within a flush interval, a truncate) never reaches the
+//! device: its blocks are never allocated.
+//!
+//! The rules that keep this safe (docs/DESIGN.md, "Delayed allocation"):
+//! - A write promises the data device a block for each cached block that has none
+//!   (`DataAlloc::promise`), so ENOSPC comes at the write, never at the write-back.
+//! - The log never records a size that covers cached data: each inode copy a snapshot takes
+//!   has the size the file had before its first cached write (`FileCache::logged_size`),
+//!   at most. After a crash a file is as it was before the writes that were lost, never
+//!   longer with zeros in place of data.
+//! - Everything that changes a file's block map, other than a write, holds the file's `op`
+//!   lock, as writes and write-backs do; each writes the file's cache back first, but a
+//!   truncate, which drops the cached blocks it cuts off, and a free, which drops them all.
+//! - A write-back holds the file's `op` lock: no write changes the file meanwhile. Readers
+//!   find each block either in the cache or mapped: the cache lets go of a block in the
+//!   same hold of the state lock that maps it.
+
+use super::inode::{InodeEntry, InodeState};
+use super::Fs;
+use crate::format::bmap::DataPtr;
+use crate::lockcheck::Mutex as NoIoMutex;
+use crate::Result;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One file's cached data.
+#[derive(Default)]
+pub struct FileCache {
+    /// Dirty blocks by file block number, whole (bytes past the end of the file are zeros).
+    blocks: BTreeMap<u64, CachedBlock>,
+    /// How many of `blocks` have no data block yet (each holds a promised block, and counts
+    /// in the inode's `blocks` as ext4 counts delayed blocks).
+    promised: u64,
+    /// The largest size the log may record for the file: its size before the first cached
+    /// write, less any truncate since.
+    logged_size: u64,
+    /// Log blocks writing the cache back may dirty (indirect blocks), counted in the log's
+    /// pending space from the write on.
+    charge: u64,
+    /// When the oldest of `blocks` was cached.
+    since: Option<std::time::Instant>,
+}
+
+struct CachedBlock {
+    data: Arc<Vec<u8>>,
+    /// No data block yet: one is promised.
+    promised: bool,
+}
+
+impl FileCache {
+    /// The size and block count a snapshot records for an inode whose in-memory ones are
+    /// `size` and `blocks`.
+    pub fn logged(&self, size: u64, blocks: u64) -> (u64, u64) {
+        (size.min(self.logged_size), blocks - self.promised)
+    }
+}
+
+/// The mount's cached data: which files have some, and how much.
+pub(crate) struct DataCache {
+    /// Bytes of data the cache holds before writers write back (0: no cache, every write
+    /// goes to the data device at once).
+    budget: u64,
+    bytes: AtomicU64,
+    /// Sum of the files' `charge`.
+    charge: AtomicU64,
+    files: NoIoMutex<BTreeMap<u64, Arc<InodeEntry>>>,
+}
+
+impl DataCache {
+    pub(crate) fn new(budget: u64) -> DataCache {
+        DataCache {
+            budget,
+            bytes: AtomicU64::new(0),
+            charge: AtomicU64::new(0),
+            files: NoIoMutex::new("data cache files", BTreeMap::new()),
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    /// Bytes cached now.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// Log blocks writing everything cached back may dirty.
+    pub(crate) fn log_charge(&self) -> u64 {
+        self.charge.load(Ordering::Acquire)
+    }
+
+    fn files(&self) -> Vec<Arc<InodeEntry>> {
+        self.files.lock().values().cloned().collect()
+    }
+}
+
+/// The part of block `n` (of `bs` bytes) that file range [lo, hi) covers, as offsets in
+/// the block, if any.
+fn in_block(n: u64, bs: u64, lo: u64, hi: u64) -> Option<(usize, usize)> {
+    let (start, end) = (n * bs, (n + 1) * bs);
+    let (a, b) = (lo.max(start), hi.min(end));
+    (a < b).then(|| ((a - start) as usize, (b - start) as usize))
+}
+
+impl Fs {
+    /// Copy what the cache holds of file range [offset, end) in block `n` into `buf`
+    /// (which holds that range); false if block `n` is not cached.
+    pub(crate) fn read_cached(
+        &self,
+        e: &InodeEntry,
+        n: u64,
+        buf: &mut [u8],
+        offset: u64,
+        end: u64,
+    ) -> bool {
+        let st = e.state.read();
+        let Some(b) = st.cache.as_ref().and_then(|c| c.blocks.get(&n)) else {
+            return false;
+        };
+        let bs = self.sb.block_size as u64;
+        let (a, z) = in_block(n, bs, offset, end).expect("a block of the range");
+        let at = (n * bs + a as u64 - offset) as usize;
+        buf[at..at + (z - a)].copy_from_slice(&b.data[a..z]);
+        true
+    }
+
+    /// Whether file block `n` of `st` is cached.
+    pub(crate) fn is_cached(st: &InodeState, n: u64) -> bool {
+        st.cache.as_ref().is_some_and(|c| c.blocks.contains_key(&n))
+    }
+
+    /// The first cached block of `st` in [from, end).
+    pub(crate) fn first_cached(st: &InodeState, from: u64, end: u64) -> Option<u64> {
+        let c = st.cache.as_ref()?;
+        c.blocks.range(from..end).next().map(|(&n, _)| n)
+    }
+
+    /// Put `data` at `off` into regular file `e` of size `size`, in the cache (the caller
+    /// holds its op lock and was admitted; `data` is not empty and ends within the largest
+    /// file). Blocks not cached yet start from their bytes on the device where the write
+    /// covers them in part, else from zeros.
+    pub(crate) fn write_cached(
+        &self,
+        e: &Arc<InodeEntry>,
+        size: u64,
+        off: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let bs = self.sb.block_size as u64;
+        let end = off + data.len() as u64;
+        let (first, last) = (off / bs, (end - 1) / bs);
+        // Bytes between the old end and the write are garbage on the device where its last
+        // block is not cached (cached blocks hold zeros past the end).
+        let zero_tail = if off > size && !Fs::is_cached(&e.state.read(), size / bs) {
+            self.tail_past_end(e, size, off)?
+        } else {
+            None
+        };
+        let mut new_blocks: Vec<(u64, Vec<u8>, bool)> = Vec::new();
+        for n in first..=last {
+            if Fs::is_cached(&e.state.read(), n) {
+                continue;
+            }
+            let ptr = DataPtr::decode(self.resolve(e, n)?);
+            let mut block = vec![0u8; bs as usize];
+            let (a, z) = in_block(n, bs, off, end).expect("a block of the write");
+            if let DataPtr::Written(addr) = ptr {
+                // Its bytes before the end of the file that the write leaves.
+                let keep = size.saturating_sub(n * bs).min(bs) as usize;
+                if keep > 0 && (a > 0 || z < keep) {
+                    self.alloc.dev().read_at(&mut block[..keep], addr * bs)?;
+                }
+            }
+            block[a..z].copy_from_slice(&data[(n * bs + a as u64 - off) as usize..][..z - a]);
+            new_blocks.push((n, block, ptr.addr().is_none()));
+        }
+        let promised = new_blocks.iter().filter(|b| b.2).count() as u64;
+        self.promise_retrying(promised)?;
+        if let Some((at, len)) = zero_tail {
+            if let Err(err) = self.alloc.dev().write_at(&vec![0u8; len], at) {
+                self.alloc.unpromise(promised);
+                return Err(err.into());
+            }
+            self.alloc.mark_written();
+        }
+        let charge = if promised > 0 {
+            self.block_range_charge(first, last)
+        } else {
+            0
+        };
+        let added = new_blocks.len() as u64 * bs;
+        let _g = self.log.gate.read();
+        let mut st = e.state.write();
+        let logged_size = st.d.size;
+        let newly = st.cache.is_none();
+        let c = st.cache.get_or_insert_with(|| {
+            Box::new(FileCache {
+                logged_size,
+                since: Some(std::time::Instant::now()),
+                ..FileCache::default()
+            })
+        });
+        for (n, block, promised) in new_blocks {
+            let b = CachedBlock {
+                data: Arc::new(block),
+                promised,
+            };
+            assert!(c.blocks.insert(n, b).is_none(), "block {n} cached twice");
+        }
+        // Blocks cached before this write take its bytes now.
+        for n in first..=last {
+            let b = c
+                .blocks
+                .get_mut(&n)
+                .expect("every block of the write is cached");
+            let (a, z) = in_block(n, bs, off, end).expect("a block of the write");
+            Arc::make_mut(&mut b.data)[a..z]
+                .copy_from_slice(&data[(n * bs + a as u64 - off) as usize..][..z - a]);
+        }
+        c.promised += promised;
+        c.charge += charge;
+        st.d.blocks += promised;
+        if end > st.d.size {
+            st.d.size = end;
+        }
+        let now = super::inode::to_disk_time(super::types::Timespec::now());
+        st.d.mtime = now;
+        st.d.ctime = now;
+        self.mark_dirty(e, &mut st);
+        drop(st);
+        self.cache.bytes.fetch_add(added, Ordering::AcqRel);
+        self.cache.charge.fetch_add(charge, Ordering::AcqRel);
+        if newly {
+            self.cache.files.lock().insert(e.ino, e.clone());
+        }
+        Ok(())
+    }
+
+    /// Drop `e`'s cached blocks from file block `keep` on, and zero the bytes from `size` in
+    /// the block before it (a truncate to `size`, `keep` its blocks; or, with `keep` 0, a
+    /// free). The caller holds its op lock and state lock `st`.
+    pub(crate) fn drop_cached_from(
+        &self,
+        e: &Arc<InodeEntry>,
+        st: &mut InodeState,
+        keep: u64,
+        size: u64,
+    ) {
+        let Some(c) = st.cache.as_mut() else {
+            return;
+        };
+        let bs = self.sb.block_size as u64;
+        let gone = c.blocks.split_off(&keep);
+        let promised = gone.values().filter(|b| b.promised).count() as u64;
+        if size % bs != 0 && keep > 0 {
+            if let Some(b) = c.blocks.get_mut(&(keep - 1)) {
+                Arc::make_mut(&mut b.data)[(size % bs) as usize..].fill(0);
+            }
+        }
+        c.promised -= promised;
+        c.logged_size = c.logged_size.min(size);
+        st.d.blocks -= promised;
+        self.alloc.unpromise(promised);
+        self.cache
+            .bytes
+            .fetch_sub(gone.len() as u64 * bs, Ordering::AcqRel);
+        if c.blocks.is_empty() {
+            let charge = c.charge;
+            st.cache = None;
+            self.cache.charge.fetch_sub(charge, Ordering::AcqRel);
+            self.forget_cached(e);
+        }
+    }
+
+    /// `e` has no cached data any more (its state lock is held, or it is gone).
+    fn forget_cached(&self, e: &Arc<InodeEntry>) {
+        let mut files = self.cache.files.lock();
+        if files.get(&e.ino).is_some_and(|x| Arc::ptr_eq(x, e)) {
+            files.remove(&e.ino);
+        }
+    }
+
+    /// Write `e`'s cached data to the data device and map it (the caller holds its op lock).
+    /// New blocks are
+    /// allocated all at once, from the file's window near its last block, and each run of
+    /// consecutive device blocks goes in one write.
+    pub(crate) fn writeback_locked(&self, e: &Arc<InodeEntry>) -> Result<()> {
+        let blocks: Vec<(u64, Arc<Vec<u8>>, bool)> = {
+            let st = e.state.read();
+            let Some(c) = st.cache.as_ref() else {
+                return Ok(());
+            };
+            c.blocks
+                .iter()
+                .map(|(&n, b)| (n, b.data.clone(), b.promised))
+                .collect()
+        };
+        self.alive()?;
+        let bs = self.sb.block_size as u64;
+        // Where each block goes: in place, into its unwritten block, or a new one.
+        let mut addrs = Vec::with_capacity(blocks.len());
+        let mut fresh = Vec::with_capacity(blocks.len());
+        for &(n, _, promised) in &blocks {
+            let ptr = DataPtr::decode(self.resolve(e, n)?);
+            assert_eq!(
+                ptr.addr().is_none(),
+                promised,
+                "inode {}: cached block {n} promised iff it has no data block",
+                e.ino
+            );
+            addrs.push(ptr.addr().unwrap_or(0));
+            fresh.push(!ptr.is_written());
+        }
+        let holes = blocks.iter().filter(|b| b.2).count() as u64;
+        let runs = if holes > 0 {
+            let first_hole = blocks.iter().find(|b| b.2).expect("a hole").0;
+            self.alloc_promised(e, holes, first_hole)?
+        } else {
+            Vec::new()
+        };
+        let mut it = runs.iter().flat_map(|&(s, c)| s..s + c);
+        for a in addrs.iter_mut().filter(|a| **a == 0) {
+            *a = it.next().expect("runs cover every hole");
+        }
+        let mut i = 0;
+        while i < blocks.len() {
+            let mut j = i + 1;
+            while j < blocks.len() && addrs[j] == addrs[j - 1] + 1 {
+                j += 1;
+            }
+            let r = if j == i + 1 {
+                self.alloc.dev().write_at(&blocks[i].1, addrs[i] * bs)
+            } else {
+                let mut buf = Vec::with_capacity((j - i) * bs as usize);
+                for b in &blocks[i..j] {
+                    buf.extend_from_slice(&b.1);
+                }
+                self.alloc.dev().write_at(&buf, addrs[i] * bs)
+            };
+            if let Err(err) = r {
+                // The data stays cached, its blocks promised again.
+                self.alloc.unreserve_runs(&runs);
+                self.alloc.repromise(holes);
+                return Err(err.into());
+            }
+            i = j;
+        }
+        self.alloc.mark_written();
+        let _g = self.log.gate.read();
+        let mut st = e.state.write();
+        let mut span: Option<(u64, u64)> = None;
+        for (k, &(n, _, _)) in blocks.iter().enumerate() {
+            if fresh[k] {
+                let old = super::bmap::set(&mut st, n, addrs[k], self.ppb)
+                    .expect("indirect blocks were loaded under the op lock");
+                debug_assert!(
+                    old == 0 || old == crate::format::bmap::unwritten(addrs[k]),
+                    "file block {n}"
+                );
+                span = Some(span.map_or((n, n), |(a, _)| (a, n)));
+            }
+        }
+        if let Some((first, last)) = span {
+            self.charge_block_range(first, last);
+        }
+        self.record_allocations(&runs);
+        let c = st.cache.take().expect("the cache the write-back took");
+        assert_eq!(
+            c.blocks.len(),
+            blocks.len(),
+            "inode {}: its cache changed under the op lock",
+            e.ino
+        );
+        self.mark_dirty(e, &mut st);
+        drop(st);
+        self.cache
+            .bytes
+            .fetch_sub(blocks.len() as u64 * bs, Ordering::AcqRel);
+        self.cache.charge.fetch_sub(c.charge, Ordering::AcqRel);
+        self.forget_cached(e);
+        Ok(())
+    }
+
+    /// Write `e`'s cached data back (takes its op lock: the caller holds none of a higher
+    /// inode).
+    pub(crate) fn writeback_file(&self, e: &Arc<InodeEntry>) -> Result<()> {
+        if e.state.read().cache.is_none() {
+            return Ok(());
+        }
+        let _op = e.op.lock_arc();
+        self.writeback_locked(e)
+    }
+
+    /// Write every file's cached data back (the caller holds no op lock): before a log
+    /// write that must carry everything written so far. The first error is returned once
+    /// every file was tried.
+    pub(crate) fn writeback_all(&self) -> Result<()> {
+        let mut first_err = None;
+        for e in self.cache.files() {
+            if let Err(err) = self.writeback_file(&e) {
+                first_err.get_or_insert(err);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Write back the files whose oldest cached data is `age` old or older (the periodic
+    /// flush: data_expire, as the kernel's dirty_expire_centisecs).
+    pub(crate) fn writeback_expired(&self, age: std::time::Duration) -> Result<()> {
+        let mut first_err = None;
+        for e in self.cache.files() {
+            let old = e
+                .state
+                .read()
+                .cache
+                .as_ref()
+                .and_then(|c| c.since)
+                .is_some_and(|t| t.elapsed() >= age);
+            if old {
+                if let Err(err) = self.writeback_file(&e) {
+                    first_err.get_or_insert(err);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// A writer filled the cache past its budget: it writes files back (lowest inode number
+    /// first, roughly creation order) until half the budget is left. The caller holds no
+    /// op lock.
+    pub(crate) fn writeback_over_budget(&self) -> Result<()> {
+        if self.cache.bytes() <= self.cache.budget {
+            return Ok(());
+        }
+        for e in self.cache.files() {
+            if self.cache.bytes() <= self.cache.budget / 2 {
+                break;
+            }
+            self.writeback_file(&e)?;
+        }
+        Ok(())
+    }
+
+    /// Drop a freed inode's cached data (its op and state locks held).
+    pub(crate) fn drop_cached(&self, e: &Arc<InodeEntry>, st: &mut InodeState) {
+        self.drop_cached_from(e, st, 0, 0);
+    }
+}

@@ -1,0 +1,288 @@
+//! Core tests of delayed allocation (data_cache.rs, no FUSE): data freed before its
+//! write-back never reaches the data device; reads, truncates, seeks, fallocate and copies
+//! see cached data; a crash never leaves a file longer than its data; a write that cannot
+//! have its blocks gets ENOSPC at once; the budget bounds what is held.
+
+use super::seek::Whence;
+use super::tests::{crash_copy, devices, ROOT, U};
+use super::*;
+use crate::device::{BlockDevice, MemDevice};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A device that counts the bytes written to it.
+struct Counting {
+    inner: MemDevice,
+    written: AtomicU64,
+}
+
+impl BlockDevice for Counting {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.written.fetch_add(buf.len() as u64, Ordering::AcqRel);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// No periodic log writes: the test decides when data is written back.
+fn quiet(budget: u64) -> MountOptions {
+    MountOptions {
+        flush_interval: std::time::Duration::from_secs(3600),
+        checkpoint_interval: std::time::Duration::from_secs(3600),
+        data_cache_bytes: budget,
+        ..MountOptions::default()
+    }
+}
+
+fn create(fs: &Fs, name: &str) -> (u64, u64) {
+    let (a, fh) = fs
+        .create(&U, ROOT, name.as_bytes(), 0o644, libc::O_RDWR)
+        .unwrap();
+    (a.ino, fh)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+fn check(m: &Arc<dyn BlockDevice>, d: &Arc<dyn BlockDevice>, when: &str) {
+    let r = crate::check::check(&**m, &**d).unwrap();
+    assert!(r.is_clean(), "{when}: checker found problems:\n{r}");
+}
+
+/// Files written and removed between two write-backs cost the data device nothing; those
+/// that stay reach it at the next sync, whole, and read back the same after a remount.
+#[test]
+fn data_that_dies_before_its_write_back_never_reaches_the_device() {
+    let (m, _) = devices(32, 64);
+    let data = Arc::new(Counting {
+        inner: MemDevice::new(64 << 20),
+        written: AtomicU64::new(0),
+    });
+    let d: Arc<dyn BlockDevice> = data.clone();
+    crate::mkfs::mkfs(m.clone(), d.clone(), &crate::mkfs::MkfsParams::default()).unwrap();
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
+    let before = data.written.load(Ordering::Acquire);
+    // 200 files of 10 KiB written, read back, removed: PostMark's short-lived files.
+    for i in 0..200 {
+        let name = format!("t{i}");
+        let (ino, fh) = create(&fs, &name);
+        let bytes = pattern(10_000, i as u8);
+        fs.write(ino, fh, 0, &bytes).unwrap();
+        assert_eq!(fs.read(ino, fh, 0, 20_000).unwrap(), bytes, "{name}");
+        fs.release(ino, fh).unwrap();
+        fs.unlink(&U, ROOT, name.as_bytes()).unwrap();
+    }
+    // One that stays.
+    let kept = pattern(50_000, 7);
+    let (ino, fh) = create(&fs, "kept");
+    fs.write(ino, fh, 0, &kept).unwrap();
+    fs.release(ino, fh).unwrap();
+    assert_eq!(
+        data.written.load(Ordering::Acquire),
+        before,
+        "nothing reaches the data device before a write-back"
+    );
+    assert_eq!(
+        fs.getattr(ino).unwrap().blocks,
+        13 * 8,
+        "cached blocks count"
+    );
+    fs.sync().unwrap();
+    let after = data.written.load(Ordering::Acquire) - before;
+    assert!(
+        (13 * 4096..=14 * 4096).contains(&after),
+        "the sync wrote {after} bytes of data for one 50,000-byte file"
+    );
+    fs.unmount().unwrap();
+    check(&m, &d, "after unmount");
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
+    let a = fs.lookup(ROOT, b"kept").unwrap();
+    assert_eq!(a.size, 50_000);
+    let fh = fs.open(&U, a.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(a.ino, fh, 0, 60_000).unwrap(), kept);
+    fs.release(a.ino, fh).unwrap();
+    fs.unmount().unwrap();
+}
+
+/// Reads, partial overwrites of blocks on the device, appends, truncates and seeks all see
+/// the cached bytes; a file written back in pieces reads the same before and after.
+#[test]
+fn cached_data_reads_truncates_and_seeks_like_written_data() {
+    let (m, d) = devices(32, 64);
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
+    let (ino, fh) = create(&fs, "f");
+    let mut want = pattern(30_000, 1);
+    fs.write(ino, fh, 0, &want).unwrap();
+    fs.sync().unwrap(); // on the device now
+                        // Overwrite inside blocks on the device (their other bytes come from the device), and
+                        // append past the end after a gap (a hole, then cached data).
+    fs.write(ino, fh, 5_000, &[9u8; 100]).unwrap();
+    want[5_000..5_100].fill(9);
+    let tail = pattern(5_000, 2);
+    fs.write(ino, fh, 100_000, &tail).unwrap();
+    want.resize(100_000, 0);
+    want.extend_from_slice(&tail);
+    assert_eq!(fs.read(ino, fh, 0, 200_000).unwrap(), want);
+    // The hole between is a hole; the cached tail is data.
+    let bs = 4096;
+    assert_eq!(
+        fs.seek(ino, 40_000, Whence::Data).unwrap(),
+        100_000 / bs * bs
+    );
+    assert_eq!(
+        fs.seek(ino, 0, Whence::Hole).unwrap(),
+        30_000_u64.div_ceil(bs) * bs
+    );
+    // Truncate into the cached tail: the bytes past the new end read as zeros when it grows.
+    let attr = |size| SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(&U, ino, &attr(101_000)).unwrap();
+    fs.setattr(&U, ino, &attr(103_000)).unwrap();
+    want.truncate(101_000);
+    want.resize(103_000, 0);
+    assert_eq!(fs.read(ino, fh, 0, 200_000).unwrap(), want);
+    // fallocate and copy_file_range work from the block map: the cache goes there first.
+    fs.fallocate(ino, fh, 200_000, 10_000, libc::FALLOC_FL_KEEP_SIZE)
+        .unwrap();
+    let (dst, dfh) = create(&fs, "copy");
+    let n = fs
+        .copy_file_range(ino, fh, 0, dst, dfh, 0, 103_000, 0)
+        .unwrap();
+    assert_eq!(n, 103_000);
+    assert_eq!(fs.read(dst, dfh, 0, 200_000).unwrap(), want);
+    fs.release(dst, dfh).unwrap();
+    fs.release(ino, fh).unwrap();
+    fs.unmount().unwrap();
+    check(&m, &d, "after unmount");
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
+    for name in [&b"f"[..], b"copy"] {
+        let a = fs.lookup(ROOT, name).unwrap();
+        let fh = fs.open(&U, a.ino, libc::O_RDONLY).unwrap();
+        assert_eq!(fs.read(a.ino, fh, 0, 200_000).unwrap(), want);
+        fs.release(a.ino, fh).unwrap();
+    }
+    fs.unmount().unwrap();
+}
+
+/// A log write while data is cached records each file as it was before its cached writes:
+/// a crash then (the data never written back) leaves the old size and contents, never a
+/// longer file with zeros in it; after a write-back and a log write, all of it.
+#[test]
+fn a_crash_before_write_back_leaves_files_as_they_were_not_longer() {
+    let (m, d) = devices(32, 64);
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
+    let (ino, fh) = create(&fs, "f");
+    let first = pattern(10_000, 3);
+    fs.write(ino, fh, 0, &first).unwrap();
+    fs.sync().unwrap();
+    fs.write(ino, fh, 10_000, &pattern(50_000, 4)).unwrap();
+    let (new, nfh) = create(&fs, "new");
+    fs.write(new, nfh, 0, &pattern(8_000, 5)).unwrap();
+    // A log write of metadata only (a mkdir's), the data still cached.
+    fs.mkdir(&U, ROOT, b"d", 0o755).unwrap();
+    fs.sync_log().unwrap();
+    let (cm, cd) = crash_copy(&m, &d);
+    check(&cm, &cd, "crash with data cached");
+    let crashed = Fs::mount(cm, cd, quiet(64 << 20)).unwrap();
+    let a = crashed.lookup(ROOT, b"f").unwrap();
+    assert_eq!((a.size, a.blocks), (10_000, 3 * 8), "f after the crash");
+    let h = crashed.open(&U, a.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(crashed.read(a.ino, h, 0, 100_000).unwrap(), first);
+    let n = crashed.lookup(ROOT, b"new").unwrap();
+    assert_eq!((n.size, n.blocks), (0, 0), "new after the crash");
+    crashed.lookup(ROOT, b"d").unwrap();
+    drop(crashed);
+    // fsync of one file writes back its data only, and the log write carries it.
+    fs.fsync(ino, false).unwrap();
+    let (cm, cd) = crash_copy(&m, &d);
+    check(&cm, &cd, "crash after fsync");
+    let crashed = Fs::mount(cm, cd, quiet(64 << 20)).unwrap();
+    assert_eq!(crashed.lookup(ROOT, b"f").unwrap().size, 60_000);
+    assert_eq!(crashed.lookup(ROOT, b"new").unwrap().size, 0);
+    drop(crashed);
+    fs.release(ino, fh).unwrap();
+    fs.release(new, nfh).unwrap();
+    fs.unmount().unwrap();
+    check(&m, &d, "after unmount");
+}
+
+/// Cached data holds its blocks' promise: once the data device's free blocks are all
+/// promised, the next write gets ENOSPC at once (not its write-back later), and removing a
+/// cached file gives its blocks back at once.
+#[test]
+fn cached_writes_get_enospc_at_once_and_deletes_give_room_back() {
+    let (m, d) = devices(32, 2);
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
+    let chunk = vec![7u8; 64 << 10];
+    let mut files = Vec::new();
+    let err = 'fill: loop {
+        let (ino, fh) = create(&fs, &format!("f{}", files.len()));
+        files.push((ino, fh));
+        for k in 0..4 {
+            if let Err(e) = fs.write(ino, fh, k * chunk.len() as u64, &chunk) {
+                break 'fill e;
+            }
+        }
+        assert!(files.len() < 100, "never full");
+    };
+    assert!(matches!(err, FsError::Errno(libc::ENOSPC)), "{err}");
+    let st = fs.statfs().unwrap();
+    assert!(st.bfree < 16, "{st:?} with the device promised");
+    // Everything acknowledged is written back without ENOSPC.
+    fs.sync().unwrap();
+    let (ino, fh) = files[0];
+    fs.release(ino, fh).unwrap();
+    fs.unlink(&U, ROOT, b"f0").unwrap();
+    let (last, lfh) = *files.last().unwrap();
+    fs.write(last, lfh, 4 * chunk.len() as u64, &chunk).unwrap();
+    for &(ino, fh) in &files[1..] {
+        fs.release(ino, fh).unwrap();
+    }
+    fs.unmount().unwrap();
+    check(&m, &d, "after a full device");
+}
+
+/// A cache over its budget is written back by its writers: what it holds stays near the
+/// budget, and everything reads back after a remount.
+#[test]
+fn writers_past_the_budget_write_the_cache_back() {
+    let (m, d) = devices(32, 64);
+    let budget = 1 << 20;
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(budget)).unwrap();
+    let mut peak = 0;
+    for i in 0..16 {
+        let (ino, fh) = create(&fs, &format!("f{i}"));
+        fs.write(ino, fh, 0, &pattern(256 << 10, i as u8)).unwrap();
+        fs.release(ino, fh).unwrap();
+        peak = peak.max(fs.cache.bytes());
+    }
+    assert!(
+        peak <= budget + (256 << 10),
+        "{peak} bytes cached, budget {budget}"
+    );
+    fs.unmount().unwrap();
+    check(&m, &d, "after unmount");
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(budget)).unwrap();
+    for i in 0..16 {
+        let a = fs.lookup(ROOT, format!("f{i}").as_bytes()).unwrap();
+        let fh = fs.open(&U, a.ino, libc::O_RDONLY).unwrap();
+        assert_eq!(
+            fs.read(a.ino, fh, 0, 1 << 20).unwrap(),
+            pattern(256 << 10, i as u8)
+        );
+        fs.release(a.ino, fh).unwrap();
+    }
+    fs.unmount().unwrap();
+}
