@@ -26,7 +26,8 @@
 # PostMark fills and dirties (a kernel file system's, or that of DualFS's files in the FUSE
 # mount) is charged to that cgroup, as are the kernel file systems' metadata buffers that
 # PostMark's calls read. DualFS's daemon stays outside it: its own caches (metadata, log
-# segments) are part of its design. The kernel's dirty page limits are global (vm.dirty_*, by
+# segments) are part of its design, but its cache of written data (data_cache) gets the dirty
+# limit the kernel file systems get (MEMORY / 5). The kernel's dirty page limits are global (vm.dirty_*, by
 # default 10% and 20% of the host's available memory): with --dirty
 # auto they are set for the run to the kernel's default ratios (10% background, 20% limit) of
 # the memory limit, i.e. what the kernel would allow on a machine of that size, and restored at
@@ -228,10 +229,14 @@ run_one() {
     _bench_start_fuse "$disk" "$BENCH_TMP/diskmodel-$fs.log" "$DISKMODEL_BIN" "$back" "$disk" --disk "d:$SPEC" "${files[@]}"
     bench_log "$fs: mount on the simulated disk"
     BENCH_MOUNTS+=("$fs|$mnt")
-    if [ "$fs" = dualfs ]; then
-        "$DUALFS_BIN" mount "$disk/meta.img" "$disk/data.img" "$mnt" || bench_die "dualfs: mount failed"
-    elif [ "$fs" = dualfs-wb ]; then
-        "$DUALFS_BIN" mount "$disk/meta.img" "$disk/data.img" "$mnt" -o writeback_cache || bench_die "dualfs-wb: mount failed"
+    if [ "$fs" = dualfs ] || [ "$fs" = dualfs-wb ]; then
+        # DualFS's write-back cache of file data lives in its daemon, outside PostMark's
+        # cgroup: it gets the dirty limit the kernel file systems get (vm.dirty_bytes, set
+        # above), so that neither side holds more written data back from the disk.
+        local opts=""
+        [ -z "$MEMORY_BYTES" ] || opts="data_cache=$((MEMORY_BYTES / 5))"
+        [ "$fs" = dualfs ] || opts="${opts:+$opts,}writeback_cache"
+        "$DUALFS_BIN" mount "$disk/meta.img" "$disk/data.img" "$mnt" ${opts:+-o "$opts"} || bench_die "$fs: mount failed"
     else
         loop=$(losetup --direct-io=on -f --show "$disk/fs.img") || bench_die "$fs: losetup --direct-io=on failed"
         BENCH_LOOP[$mnt]=$loop

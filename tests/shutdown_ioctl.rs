@@ -164,6 +164,7 @@ fn no_stale_data_shows_after_preallocation_and_a_shutdown() {
             {
                 let w = fs::OpenOptions::new()
                     .create(true)
+                    .truncate(true)
                     .write(true)
                     .open(&f)
                     .unwrap();

@@ -292,15 +292,19 @@ impl Fs {
     /// allocated all at once, from the file's window near its last block, and each run of
     /// consecutive device blocks goes in one write.
     pub(crate) fn writeback_locked(&self, e: &Arc<InodeEntry>) -> Result<()> {
-        let blocks: Vec<(u64, Arc<Vec<u8>>, bool)> = {
+        // (file block, its bytes, promised), and the file's size.
+        type Cached = Vec<(u64, Arc<Vec<u8>>, bool)>;
+        let (blocks, size): (Cached, u64) = {
             let st = e.state.read();
             let Some(c) = st.cache.as_ref() else {
                 return Ok(());
             };
-            c.blocks
+            let blocks = c
+                .blocks
                 .iter()
                 .map(|(&n, b)| (n, b.data.clone(), b.promised))
-                .collect()
+                .collect();
+            (blocks, st.d.size)
         };
         self.alive()?;
         let bs = self.sb.block_size as u64;
@@ -329,18 +333,42 @@ impl Fs {
         for a in addrs.iter_mut().filter(|a| **a == 0) {
             *a = it.next().expect("runs cover every hole");
         }
+        // How much of each block to write: all of it, but for a block written in place
+        // that holds the end of the file, only up to the end. Its bytes past the end are
+        // zeros a truncate put in the cache, and the log may still record the longer size
+        // until its next write: they stay as they are on the device (old data, which a
+        // crash may show), as a truncate without a cache leaves them; an extension zeroes
+        // them then.
+        let lens: Vec<usize> = blocks
+            .iter()
+            .zip(&fresh)
+            .map(|(&(n, _, _), &fresh)| {
+                assert!(
+                    n * bs < size,
+                    "inode {}: cached block {n} past its end",
+                    e.ino
+                );
+                if fresh {
+                    bs as usize
+                } else {
+                    (size - n * bs).min(bs) as usize
+                }
+            })
+            .collect();
         let mut i = 0;
         while i < blocks.len() {
             let mut j = i + 1;
-            while j < blocks.len() && addrs[j] == addrs[j - 1] + 1 {
+            while j < blocks.len() && addrs[j] == addrs[j - 1] + 1 && lens[j - 1] == bs as usize {
                 j += 1;
             }
             let r = if j == i + 1 {
-                self.alloc.dev().write_at(&blocks[i].1, addrs[i] * bs)
+                self.alloc
+                    .dev()
+                    .write_at(&blocks[i].1[..lens[i]], addrs[i] * bs)
             } else {
                 let mut buf = Vec::with_capacity((j - i) * bs as usize);
-                for b in &blocks[i..j] {
-                    buf.extend_from_slice(&b.1);
+                for (b, &len) in blocks[i..j].iter().zip(&lens[i..j]) {
+                    buf.extend_from_slice(&b.1[..len]);
                 }
                 self.alloc.dev().write_at(&buf, addrs[i] * bs)
             };

@@ -815,6 +815,7 @@ impl Fs {
     pub fn fsyncdir(&self, ino: u64, _datasync: bool) -> Result<()> {
         self.alive()?;
         self.dir(ino)?;
+        self.writeback_all()?;
         self.sync_log()
     }
 }

@@ -45,8 +45,39 @@ impl Fs {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        self.write_back_replacement(parent, name, new_parent, new_name, flags)?;
         self.rename_in_memory(caller, parent, name, new_parent, new_name, flags)?;
         self.commit_dir_change()
+    }
+
+    /// A file renamed over another is written back first (ext4's `auto_da_alloc` does the
+    /// same): the write-a-new-copy-then-rename idiom, used without fsync, must not leave
+    /// the name pointing at a file whose data a crash lost while the old file is gone.
+    fn write_back_replacement(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        if !self.cache.enabled() || flags.noreplace || check_name(name).is_err() {
+            return Ok(());
+        }
+        if check_name(new_name).is_err() {
+            return Ok(());
+        }
+        let (Ok(Some(from)), Ok(Some(_))) = (
+            self.lookup_entry(parent, name),
+            self.lookup_entry(new_parent, new_name),
+        ) else {
+            // Errors are the rename's to report.
+            return Ok(());
+        };
+        match self.inode(from.ino) {
+            Ok(e) => self.writeback_file(&e),
+            Err(_) => Ok(()),
+        }
     }
 
     fn rename_in_memory(

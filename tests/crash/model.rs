@@ -556,6 +556,14 @@ impl Model {
         v
     }
 
+    /// The size of regular file `id`, if it exists in this model.
+    pub fn file_size(&self, id: Id) -> Option<u64> {
+        match &self.inodes.get(&id)?.body {
+            Body::File(d) => Some(d.len() as u64),
+            _ => None,
+        }
+    }
+
     pub fn content(&self, id: Id) -> &[u8] {
         match &self.get(id).body {
             Body::File(d) => d,

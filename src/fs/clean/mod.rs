@@ -311,6 +311,9 @@ impl Fs {
     /// Clean up to `max` segments chosen by `policy`, then checkpoint so they become reusable
     /// (a pass asked for: the control socket, tests).
     pub fn clean_pass(&self, policy: Policy, max: usize) -> Result<PassReport> {
+        // A requested pass ends in a checkpoint that, like a commit, makes everything done
+        // before it durable, cached file data included.
+        self.writeback_all()?;
         self.clean_pass_for(policy, max, Gain::Blocks, PassOrigin::Requested)
     }
 
@@ -330,6 +333,7 @@ impl Fs {
     /// Clean exactly these segments (as far as they can be: the others are refused, with why).
     pub fn clean_segments(&self, segments: &[u64]) -> Result<PassReport> {
         self.writable()?;
+        self.writeback_all()?;
         let _one = self.cleaner.cleaning.lock();
         self.run_pass(
             segments.to_vec(),
