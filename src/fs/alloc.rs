@@ -30,6 +30,9 @@ use std::sync::Arc;
 
 /// Largest reservation window, in blocks (it grows with the file up to this).
 const MAX_WINDOW: u64 = 1024;
+/// Files of at most this many blocks (64 KiB of 4 KiB blocks) written back from the data
+/// cache get no window: ext4's threshold for its small-file locality groups.
+const SMALL_FILE_BLOCKS: u64 = 16;
 
 /// Every file that holds a window, and how many blocks all windows hold.
 ///
@@ -269,7 +272,15 @@ impl DataAlloc {
                 need -= k;
                 continue;
             }
-            let want = need.max((8 + st.d.blocks / 8).min(MAX_WINDOW));
+            // A small file written back whole gets exactly its blocks, no window: small
+            // files written back together then lie packed one after another (ext4 packs
+            // them in its per-CPU locality groups for the same reason), and a write-back
+            // of many goes to the disk in a few long requests.
+            let want = if promised && st.d.blocks <= SMALL_FILE_BLOCKS {
+                need
+            } else {
+                need.max((8 + st.d.blocks / 8).min(MAX_WINDOW))
+            };
             let g = out.last().map(|r| r.0 + r.1).unwrap_or(goal);
             let got = {
                 let mut data = self.map.lock();

@@ -61,6 +61,31 @@ impl FileCache {
     }
 }
 
+/// Files a write-back takes together (their op locks held at once).
+const WRITEBACK_BATCH: usize = 256;
+/// The largest request a write-back sends to the data device, in bytes.
+const WRITEBACK_REQUEST_MAX: usize = 1 << 20;
+
+/// A cached block as a write-back copies it out of the cache.
+struct CachedCopy {
+    n: u64,
+    data: Arc<Vec<u8>>,
+    promised: bool,
+}
+
+/// One file's write-back, planned under its op lock: each cached block's device address,
+/// whether it is new to the block map (`fresh`), how many of its bytes go to the device, and
+/// the runs allocated for it.
+struct WritebackPlan {
+    e: Arc<InodeEntry>,
+    blocks: Vec<CachedCopy>,
+    addrs: Vec<u64>,
+    fresh: Vec<bool>,
+    lens: Vec<usize>,
+    runs: Vec<(u64, u64)>,
+    holes: u64,
+}
+
 /// The mount's cached data: which files have some, and how much.
 pub(crate) struct DataCache {
     /// Bytes of data the cache holds before writers write back (0: no cache, every write
@@ -288,43 +313,83 @@ impl Fs {
     }
 
     /// Write `e`'s cached data to the data device and map it (the caller holds its op lock).
-    /// New blocks are
-    /// allocated all at once, from the file's window near its last block, and each run of
-    /// consecutive device blocks goes in one write.
     pub(crate) fn writeback_locked(&self, e: &Arc<InodeEntry>) -> Result<()> {
-        // (file block, its bytes, promised), and the file's size.
-        type Cached = Vec<(u64, Arc<Vec<u8>>, bool)>;
-        let (blocks, size): (Cached, u64) = {
+        let Some(plan) = self.writeback_plan(e)? else {
+            return Ok(());
+        };
+        let plans = [plan];
+        self.writeback_write(&plans)?;
+        let [plan] = plans;
+        self.writeback_map(plan);
+        Ok(())
+    }
+
+    /// Write back several files' cached data together (the caller holds no op lock): their
+    /// op locks are taken at once, in ascending inode order as everywhere, their new blocks
+    /// allocated one file after another (small files packed together), and then every block
+    /// written in address order, consecutive blocks of any of the files in one request. On
+    /// a disk that is one sweep of the head instead of a request per file.
+    fn writeback_batch(&self, files: &[Arc<InodeEntry>]) -> Result<()> {
+        let refs: Vec<&Arc<InodeEntry>> = files.iter().collect();
+        let _ops = super::lock_ops(&refs);
+        let mut plans = Vec::with_capacity(files.len());
+        for e in files {
+            match self.writeback_plan(e) {
+                Ok(Some(p)) => plans.push(p),
+                Ok(None) => {}
+                Err(err) => {
+                    self.writeback_undo(&plans);
+                    return Err(err);
+                }
+            }
+        }
+        self.writeback_write(&plans)?;
+        for p in plans {
+            self.writeback_map(p);
+        }
+        Ok(())
+    }
+
+    /// Where each of `e`'s cached blocks goes (in place, into its unwritten block, or a new
+    /// one, all of a file's new blocks allocated at once from its window near its last
+    /// block) and how much of it to write. The caller holds `e`'s op lock. None: nothing
+    /// cached.
+    fn writeback_plan(&self, e: &Arc<InodeEntry>) -> Result<Option<WritebackPlan>> {
+        let (blocks, size): (Vec<CachedCopy>, u64) = {
             let st = e.state.read();
             let Some(c) = st.cache.as_ref() else {
-                return Ok(());
+                return Ok(None);
             };
             let blocks = c
                 .blocks
                 .iter()
-                .map(|(&n, b)| (n, b.data.clone(), b.promised))
+                .map(|(&n, b)| CachedCopy {
+                    n,
+                    data: b.data.clone(),
+                    promised: b.promised,
+                })
                 .collect();
             (blocks, st.d.size)
         };
         self.alive()?;
         let bs = self.sb.block_size as u64;
-        // Where each block goes: in place, into its unwritten block, or a new one.
         let mut addrs = Vec::with_capacity(blocks.len());
         let mut fresh = Vec::with_capacity(blocks.len());
-        for &(n, _, promised) in &blocks {
-            let ptr = DataPtr::decode(self.resolve(e, n)?);
+        for b in &blocks {
+            let ptr = DataPtr::decode(self.resolve(e, b.n)?);
             assert_eq!(
                 ptr.addr().is_none(),
-                promised,
-                "inode {}: cached block {n} promised iff it has no data block",
-                e.ino
+                b.promised,
+                "inode {}: cached block {} promised iff it has no data block",
+                e.ino,
+                b.n
             );
             addrs.push(ptr.addr().unwrap_or(0));
             fresh.push(!ptr.is_written());
         }
-        let holes = blocks.iter().filter(|b| b.2).count() as u64;
+        let holes = blocks.iter().filter(|b| b.promised).count() as u64;
         let runs = if holes > 0 {
-            let first_hole = blocks.iter().find(|b| b.2).expect("a hole").0;
+            let first_hole = blocks.iter().find(|b| b.promised).expect("a hole").n;
             self.alloc_promised(e, holes, first_hole)?
         } else {
             Vec::new()
@@ -339,60 +404,106 @@ impl Fs {
         // until its next write: they stay as they are on the device (old data, which a
         // crash may show), as a truncate without a cache leaves them; an extension zeroes
         // them then.
-        let lens: Vec<usize> = blocks
+        let lens = blocks
             .iter()
             .zip(&fresh)
-            .map(|(&(n, _, _), &fresh)| {
+            .map(|(b, &fresh)| {
                 assert!(
-                    n * bs < size,
-                    "inode {}: cached block {n} past its end",
-                    e.ino
+                    b.n * bs < size,
+                    "inode {}: cached block {} past its end",
+                    e.ino,
+                    b.n
                 );
                 if fresh {
                     bs as usize
                 } else {
-                    (size - n * bs).min(bs) as usize
+                    (size - b.n * bs).min(bs) as usize
                 }
             })
             .collect();
+        Ok(Some(WritebackPlan {
+            e: e.clone(),
+            blocks,
+            addrs,
+            fresh,
+            lens,
+            runs,
+            holes,
+        }))
+    }
+
+    /// Write the planned blocks of `plans` to the data device in address order, each run of
+    /// consecutive whole blocks in one request (at most `WRITEBACK_REQUEST_MAX` bytes). On
+    /// an error the data stays cached and its blocks promised again.
+    fn writeback_write(&self, plans: &[WritebackPlan]) -> Result<()> {
+        let bs = self.sb.block_size as u64;
+        let mut order: Vec<(u64, usize, usize)> = plans
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.addrs.iter().enumerate().map(move |(k, &a)| (a, i, k)))
+            .collect();
+        order.sort_unstable();
         let mut i = 0;
-        while i < blocks.len() {
+        while i < order.len() {
+            let (first, pi, k) = order[i];
+            let mut buf = plans[pi].blocks[k].data[..plans[pi].lens[k]].to_vec();
             let mut j = i + 1;
-            while j < blocks.len() && addrs[j] == addrs[j - 1] + 1 && lens[j - 1] == bs as usize {
+            while j < order.len() {
+                let (addr, pj, kj) = order[j];
+                let (prev, pp, kp) = order[j - 1];
+                assert!(addr > prev, "data block {addr} planned twice");
+                if addr != prev + 1
+                    || plans[pp].lens[kp] != bs as usize
+                    || buf.len() + bs as usize > WRITEBACK_REQUEST_MAX
+                {
+                    break;
+                }
+                buf.extend_from_slice(&plans[pj].blocks[kj].data[..plans[pj].lens[kj]]);
                 j += 1;
             }
-            let r = if j == i + 1 {
-                self.alloc
-                    .dev()
-                    .write_at(&blocks[i].1[..lens[i]], addrs[i] * bs)
-            } else {
-                let mut buf = Vec::with_capacity((j - i) * bs as usize);
-                for (b, &len) in blocks[i..j].iter().zip(&lens[i..j]) {
-                    buf.extend_from_slice(&b.1[..len]);
-                }
-                self.alloc.dev().write_at(&buf, addrs[i] * bs)
-            };
-            if let Err(err) = r {
-                // The data stays cached, its blocks promised again.
-                self.alloc.unreserve_runs(&runs);
-                self.alloc.repromise(holes);
+            if let Err(err) = self.alloc.dev().write_at(&buf, first * bs) {
+                self.writeback_undo(plans);
                 return Err(err.into());
             }
             i = j;
         }
         self.alloc.mark_written();
+        Ok(())
+    }
+
+    /// Give back what `plans` allocated: their data stays cached, its blocks promised again.
+    fn writeback_undo(&self, plans: &[WritebackPlan]) {
+        for p in plans {
+            self.alloc.unreserve_runs(&p.runs);
+            self.alloc.repromise(p.holes);
+        }
+    }
+
+    /// Map a plan's blocks, now on the device, and drop them from the cache, in one hold of
+    /// the gate and the file's state lock (a reader finds each block cached or mapped).
+    fn writeback_map(&self, plan: WritebackPlan) {
+        let WritebackPlan {
+            e,
+            blocks,
+            addrs,
+            fresh,
+            runs,
+            ..
+        } = plan;
+        let bs = self.sb.block_size as u64;
         let _g = self.log.gate.read();
         let mut st = e.state.write();
         let mut span: Option<(u64, u64)> = None;
-        for (k, &(n, _, _)) in blocks.iter().enumerate() {
+        for (k, b) in blocks.iter().enumerate() {
             if fresh[k] {
-                let old = super::bmap::set(&mut st, n, addrs[k], self.ppb)
+                let old = super::bmap::set(&mut st, b.n, addrs[k], self.ppb)
                     .expect("indirect blocks were loaded under the op lock");
                 debug_assert!(
                     old == 0 || old == crate::format::bmap::unwritten(addrs[k]),
-                    "file block {n}"
+                    "file block {}",
+                    b.n
                 );
-                span = Some(span.map_or((n, n), |(a, _)| (a, n)));
+                span = Some(span.map_or((b.n, b.n), |(a, _)| (a, b.n)));
             }
         }
         if let Some((first, last)) = span {
@@ -406,14 +517,13 @@ impl Fs {
             "inode {}: its cache changed under the op lock",
             e.ino
         );
-        self.mark_dirty(e, &mut st);
+        self.mark_dirty(&e, &mut st);
         drop(st);
         self.cache
             .bytes
             .fetch_sub(blocks.len() as u64 * bs, Ordering::AcqRel);
         self.cache.charge.fetch_sub(c.charge, Ordering::AcqRel);
-        self.forget_cached(e);
-        Ok(())
+        self.forget_cached(&e);
     }
 
     /// Write `e`'s cached data back (takes its op lock: the caller holds none of a higher
@@ -428,52 +538,67 @@ impl Fs {
 
     /// Write every file's cached data back (the caller holds no op lock): before a log
     /// write that must carry everything written so far. The first error is returned once
-    /// every file was tried.
+    /// every batch was tried.
     pub(crate) fn writeback_all(&self) -> Result<()> {
-        let mut first_err = None;
-        for e in self.cache.files() {
-            if let Err(err) = self.writeback_file(&e) {
-                first_err.get_or_insert(err);
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+        self.writeback_batches(self.cache.files())
     }
 
     /// Write back the files whose oldest cached data is `age` old or older (the periodic
     /// flush: data_expire, as the kernel's dirty_expire_centisecs).
     pub(crate) fn writeback_expired(&self, age: std::time::Duration) -> Result<()> {
-        let mut first_err = None;
-        for e in self.cache.files() {
-            let old = e
-                .state
-                .read()
-                .cache
-                .as_ref()
-                .and_then(|c| c.since)
-                .is_some_and(|t| t.elapsed() >= age);
-            if old {
-                if let Err(err) = self.writeback_file(&e) {
-                    first_err.get_or_insert(err);
-                }
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+        let old: Vec<Arc<InodeEntry>> = self
+            .cache
+            .files()
+            .into_iter()
+            .filter(|e| {
+                e.state
+                    .read()
+                    .cache
+                    .as_ref()
+                    .and_then(|c| c.since)
+                    .is_some_and(|t| t.elapsed() >= age)
+            })
+            .collect();
+        self.writeback_batches(old)
     }
 
     /// A writer filled the cache past its budget: it writes files back (lowest inode number
     /// first, roughly creation order) until half the budget is left. The caller holds no
     /// op lock.
     pub(crate) fn writeback_over_budget(&self) -> Result<()> {
-        if self.cache.bytes() <= self.cache.budget {
+        let bytes = self.cache.bytes();
+        if bytes <= self.cache.budget {
             return Ok(());
         }
+        let bs = self.sb.block_size as u64;
+        let mut to_free = bytes - self.cache.budget / 2;
+        let mut chosen = Vec::new();
         for e in self.cache.files() {
-            if self.cache.bytes() <= self.cache.budget / 2 {
+            if to_free == 0 {
                 break;
             }
-            self.writeback_file(&e)?;
+            let held = e
+                .state
+                .read()
+                .cache
+                .as_ref()
+                .map_or(0, |c| c.blocks.len() as u64 * bs);
+            to_free = to_free.saturating_sub(held);
+            chosen.push(e);
         }
-        Ok(())
+        self.writeback_batches(chosen)
+    }
+
+    /// Write `files` (in ascending inode order) back, `WRITEBACK_BATCH` at a time; the first
+    /// error is returned once every batch was tried.
+    fn writeback_batches(&self, files: Vec<Arc<InodeEntry>>) -> Result<()> {
+        let mut first_err = None;
+        for batch in files.chunks(WRITEBACK_BATCH) {
+            if let Err(err) = self.writeback_batch(batch) {
+                first_err.get_or_insert(err);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Drop a freed inode's cached data (its op and state locks held).

@@ -266,6 +266,9 @@ impl Fs {
     /// PUNCH_HOLE: free the whole blocks of [offset, end) (preallocated ones past the end of
     /// the file too) and zero the partial blocks at its ends in place. The size stays.
     pub(crate) fn punch_locked(&self, e: &Arc<InodeEntry>, offset: u64, end: u64) -> Result<()> {
+        // The punch works on the block map: cached data goes there first (else it would
+        // still show over the hole).
+        self.writeback_locked(e)?;
         let bs = self.sb.block_size as u64;
         // Nothing that names no block may be freed.
         self.range_map(e, (offset / bs, end.div_ceil(bs)), (0, 0))?;
