@@ -7,8 +7,8 @@
 # devices' pages (mincore(2) of the image files or of the block devices), and how much the
 # machine's Cached + Buffers (/proc/meminfo) grew since the caches were dropped. Then, on the
 # same mount, the metadata rates (examples/metarate, one worker: create, stat, unlink) and
-# small files: PostMark (its wall-clock seconds; 500 B-10 KB files, 512-byte writes: many
-# small writes, each a FUSE request that DualFS writes to the data device at once).
+# small files: PostMark (its wall-clock seconds; files of 500 B-10 KB written in small pieces,
+# each a FUSE request that DualFS writes to the data device at once).
 #
 #   bench/direct-io.sh                              # 4 GiB file, 1 round, both setups
 #   bench/direct-io.sh --mib 1024 --rounds 3 --files 5000
@@ -25,10 +25,12 @@
 # cached is DualFS's doing, and each loop device behaves as a disk. image: DualFS's two images
 # are sparse files, made anew for each column, in an ext4 on such a loop device; their page
 # cache is ext4's. block: DualFS's devices are two such loop devices, formatted anew for each
-# column; their page cache is the block devices' own (counted in Buffers). Dropping the caches (echo 3 >
-# /proc/sys/vm/drop_caches) is machine-wide: on a shared machine it slows others' I/O for a
-# moment, and their load makes the figures noisy (Cached + Buffers most of all: the per-file
-# figures are exact). Needs root, /dev/fuse, loop devices and python3 (for mincore).
+# column; their page cache is the block devices' own (counted in Buffers). The files of zeros
+# take 18.5 GiB for the default 4 GiB file (3.75 times the file and 3.5 GiB).
+# Dropping the caches (echo 3 > /proc/sys/vm/drop_caches) is machine-wide: on a shared machine
+# it slows others' I/O for a moment, and their load makes the figures noisy (Cached + Buffers
+# most of all: the per-file figures are exact). Needs root, /dev/fuse, loop devices and
+# python3 (for mincore).
 set -euo pipefail
 export LC_ALL=C
 . "$(dirname "$0")/lib.sh"
