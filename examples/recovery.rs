@@ -145,6 +145,7 @@ fn open(p: &Path) -> FileDevice {
         OpenMode {
             read_only: false,
             exclusive: true,
+            ..OpenMode::default()
         },
     )
     .unwrap_or_else(|e| panic!("{}: {e}", p.display()))

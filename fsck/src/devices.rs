@@ -74,6 +74,7 @@ pub fn open_pair(meta: &Path, data: Option<&Path>, access: Access) -> Result<Pai
             let mode = OpenMode {
                 read_only: false,
                 exclusive: true,
+                ..OpenMode::default()
             };
             (open(&meta_path, mode, true)?, open(&data_path, mode, true)?)
         }
@@ -81,10 +82,12 @@ pub fn open_pair(meta: &Path, data: Option<&Path>, access: Access) -> Result<Pai
             let exclusive = OpenMode {
                 read_only: true,
                 exclusive: true,
+                ..OpenMode::default()
             };
             let shared = OpenMode {
                 read_only: true,
                 exclusive: false,
+                ..OpenMode::default()
             };
             let mut pick = |p: &Path| -> Result<Arc<dyn BlockDevice>, String> {
                 match FileDevice::open(p, exclusive) {
@@ -155,6 +158,7 @@ fn recorded_data_path(meta: &Path) -> Result<PathBuf, String> {
         OpenMode {
             read_only: true,
             exclusive: false,
+            ..OpenMode::default()
         },
     )
     .map_err(|e| e.to_string())?;

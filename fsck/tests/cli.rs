@@ -227,6 +227,7 @@ fn repair_of_a_file_system_in_use_is_refused() {
         OpenMode {
             read_only: false,
             exclusive: true,
+            ..OpenMode::default()
         },
     )
     .unwrap();

@@ -289,6 +289,7 @@ fn write_file_system(
     let exclusive = OpenMode {
         read_only: false,
         exclusive: true,
+        ..OpenMode::default()
     };
     let meta_device: Arc<dyn BlockDevice> =
         Arc::new(FileDevice::open(&meta.path, exclusive).map_err(|e| e.to_string())?);

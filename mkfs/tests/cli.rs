@@ -343,6 +343,7 @@ fn an_image_locked_by_a_running_dualfs_is_refused() {
     let mode = dualfs::device::OpenMode {
         read_only: false,
         exclusive: true,
+        ..dualfs::device::OpenMode::default()
     };
     let _held = dualfs::device::FileDevice::open(&meta, mode).unwrap();
     let out = mkfs(&[&"-f", &"--size-data", &DATA_SIZE, &meta, &data]);

@@ -1,6 +1,6 @@
 //! Opening the two devices, each locked against a second mount (see `dualfs::device::file`).
 
-use dualfs::device::{BlockDevice, FileDevice, OpenMode};
+use dualfs::device::{BlockDevice, DeviceIo, FileDevice, OpenMode};
 use dualfs::unmounted_daemon::{wait_until_released, StillHeld, PATIENCE};
 use std::io;
 use std::path::Path;
@@ -9,15 +9,32 @@ use std::sync::Arc;
 /// Open a device (image file or block device) for the core, exclusively: a second mount of
 /// the same device fails instead of corrupting it. A device held by the daemon of a file
 /// system just unmounted (umount(2) returns before its final checkpoint) is waited for.
-pub fn open_device(path: &Path, read_only: bool) -> io::Result<Arc<dyn BlockDevice>> {
+/// `devio`: through the page cache or past it (`-o devio=`); a device that cannot do the
+/// direct I/O asked for is an error naming the option that does without.
+pub fn open_device(
+    path: &Path,
+    read_only: bool,
+    devio: DeviceIo,
+) -> io::Result<Arc<dyn BlockDevice>> {
     let open = || {
         FileDevice::open(
             path,
             OpenMode {
                 read_only,
                 exclusive: true,
+                io: devio,
             },
         )
+        .map_err(|e| {
+            if e.kind() == io::ErrorKind::Unsupported && devio == DeviceIo::Direct {
+                io::Error::new(
+                    e.kind(),
+                    format!("{e}; -o devio=buffered reads and writes it through the page cache"),
+                )
+            } else {
+                e
+            }
+        })
     };
     let dev = match open() {
         Err(e) if is_in_use(&e) => {
@@ -27,6 +44,9 @@ pub fn open_device(path: &Path, read_only: bool) -> io::Result<Arc<dyn BlockDevi
         }
         other => other?,
     };
+    if let Some(align) = dev.direct_alignment() {
+        log::info!("{}: direct I/O ({align}-byte units)", path.display());
+    }
     Ok(Arc::new(dev))
 }
 

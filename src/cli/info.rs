@@ -7,7 +7,7 @@ use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::mount::{dead_mount_error, device_path};
 use dualfs::clean::control::{Client, Status};
-use dualfs::device::{BlockDevice, FileDevice, OpenMode};
+use dualfs::device::{BlockDevice, DeviceIo, FileDevice, OpenMode};
 use dualfs::format::superblock::Superblock;
 use dualfs::format::FORMAT_VERSION;
 use dualfs::fs::{read_superblock, Fs, MountOptions};
@@ -124,7 +124,7 @@ fn info(meta_arg: &Path) -> Result<Info, CliError> {
         CliError::failure(format!("{}: {}", meta_arg.display(), describe_fs_error(e)))
     };
     // A shared lock: refused while a read-write mount (or fsck -y) holds the device.
-    let (meta, mounted) = match open_device(&meta_path, true) {
+    let (meta, mounted) = match open_device(&meta_path, true, DeviceIo::Buffered) {
         Ok(dev) => (dev, false),
         Err(e) if is_in_use(&e) => {
             let dev = FileDevice::open(
@@ -132,6 +132,7 @@ fn info(meta_arg: &Path) -> Result<Info, CliError> {
                 OpenMode {
                     read_only: true,
                     exclusive: false,
+                    ..OpenMode::default()
                 },
             )
             .map_err(|e| io_failure(meta_arg, &e))?;
@@ -187,8 +188,9 @@ fn info(meta_arg: &Path) -> Result<Info, CliError> {
         }
         (_, false) => match device_path(&recorded)
             .map_err(|e| e.message().to_string())
-            .and_then(|found| open_device(&found, true).map_err(|e| describe_io(&e)))
-        {
+            .and_then(|found| {
+                open_device(&found, true, DeviceIo::Buffered).map_err(|e| describe_io(&e))
+            }) {
             Ok(data) => {
                 data_bytes = Some(data.size());
                 match usage_unmounted(meta.clone(), data) {
@@ -291,7 +293,7 @@ fn device_size(path: &Path, len: u64) -> u64 {
     if len > 0 {
         return len;
     }
-    open_device(path, true).map_or(0, |d| d.size())
+    open_device(path, true, DeviceIo::Buffered).map_or(0, |d| d.size())
 }
 
 fn io_failure(path: &Path, e: &std::io::Error) -> CliError {

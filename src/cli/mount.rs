@@ -489,8 +489,11 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     block_shutdown_signals().map_err(|e| format!("cannot block signals: {}", e.desc()))?;
 
     let read_only = plan.settings.read_only;
-    let meta = open_device(&plan.meta, read_only).map_err(|e| device_error(&plan.meta, &e))?;
-    let data = open_device(&plan.data, read_only).map_err(|e| device_error(&plan.data, &e))?;
+    let devio = plan.settings.device_io();
+    let meta =
+        open_device(&plan.meta, read_only, devio).map_err(|e| device_error(&plan.meta, &e))?;
+    let data =
+        open_device(&plan.data, read_only, devio).map_err(|e| device_error(&plan.data, &e))?;
     let fs = Fs::mount(meta, data, plan.settings.core_options()).map_err(|e| {
         format!(
             "cannot mount {} + {}: {}",
@@ -669,6 +672,9 @@ fn device_error(path: &Path, err: &std::io::Error) -> String {
             "{} is in use (mounted already, or held by another program)",
             path.display()
         )
+    } else if err.kind() == std::io::ErrorKind::Unsupported {
+        // No direct I/O there: the message names the device and the way out.
+        err.to_string()
     } else {
         format!("cannot open {}: {}", path.display(), describe_io(err))
     }

@@ -3,6 +3,7 @@
 //! Later options override earlier ones (`-o ro -o rw` mounts read-write), as with mount(8).
 
 use super::error::CliError;
+use dualfs::device::DeviceIo;
 use dualfs::fs::MountOptions;
 use dualfs::fuse::{DirCache, FuseConfig, Readdirplus};
 use fuser::{MountOption, SessionACL};
@@ -14,6 +15,10 @@ use std::time::Duration;
 /// of `max_write`'s default 256 KiB (fuser derives max_pages from it; docs/DESIGN.md, "FUSE
 /// levers").
 pub const DEFAULT_READAHEAD: u64 = 1 << 20;
+
+/// How the devices are read and written unless `devio=` says otherwise (docs/DESIGN.md,
+/// "Direct I/O to the devices").
+pub const DEFAULT_DEVICE_IO: DeviceIo = DeviceIo::Buffered;
 
 /// The largest `max_write=` (the kernel's FUSE limit of 256 pages) and the smallest (a page).
 const MAX_WRITE_RANGE: std::ops::RangeInclusive<u64> = 4096..=1 << 20;
@@ -60,6 +65,8 @@ pub struct MountSettings {
     pub readahead: Option<u64>,
     /// `max_write=SIZE`: the largest FUSE write (and read) request.
     pub max_write: Option<u64>,
+    /// `devio=direct|buffered`: the devices' I/O, past the page cache or through it.
+    pub devio: Option<DeviceIo>,
     /// Options that only mean something to mount(8), fstab or systemd, accepted and ignored.
     pub ignored: Vec<String>,
 }
@@ -208,6 +215,14 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
         "the largest write request, 4K to 1M (default 256K): larger ones cost the daemon less \
          CPU per byte, but each one is copied in the kernel without a pause, which other \
          requests wait for",
+    ),
+    (
+        "devio=buffered|direct",
+        "how DualFS reads and writes its two devices: through the kernel's page cache (the \
+         default: small writes are absorbed there), or with direct I/O (O_DIRECT: file data is \
+         not cached a second time for the data device, large writes are faster, and the \
+         devices see DualFS's own requests; each small write waits for the device). direct on \
+         an image whose file system refuses O_DIRECT fails the mount",
     ),
     (
         "defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, group, \
@@ -432,6 +447,14 @@ pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), Cl
             }
             s.max_write = Some(bytes);
         }
+        "devio" => {
+            let text = needs_value(key, value, "buffered|direct")?;
+            s.devio = Some(match text {
+                "direct" => DeviceIo::Direct,
+                "buffered" => DeviceIo::Buffered,
+                _ => return Err(bad_value(key, text, "expected buffered or direct")),
+            });
+        }
         "readdirplus" => {
             let text = needs_value(key, value, "never|auto|always")?;
             s.readdirplus = Some(match text {
@@ -646,6 +669,11 @@ impl MountSettings {
         self.readahead.unwrap_or(DEFAULT_READAHEAD).div_ceil(1024)
     }
 
+    /// How the devices are opened: `devio=`, else [`DEFAULT_DEVICE_IO`].
+    pub fn device_io(&self) -> DeviceIo {
+        self.devio.unwrap_or(DEFAULT_DEVICE_IO)
+    }
+
     /// Without `noopen` or `open`: does the kernel open files itself? On a read-only mount,
     /// yes: what the OPEN round trip guards on a read-write one (opens for writing of
     /// immutable and append-only files, and a removed file kept while open) cannot happen
@@ -847,6 +875,28 @@ mod tests {
             "max_write=2M",
             "max_write=4095",
             "max_write",
+        ] {
+            assert!(parse(&[bad]).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn device_io_option() {
+        assert_eq!(parse(&[]).unwrap().device_io(), DEFAULT_DEVICE_IO);
+        for (list, io) in [
+            ("devio=direct", DeviceIo::Direct),
+            ("devio=buffered", DeviceIo::Buffered),
+            ("devio=buffered,devio=direct", DeviceIo::Direct),
+        ] {
+            assert_eq!(parse(&[list]).unwrap().device_io(), io, "{list}");
+            assert_eq!(io.name(), list.rsplit('=').next().unwrap());
+        }
+        for bad in [
+            "devio",
+            "devio=",
+            "devio=auto",
+            "devio=odirect",
+            "devio=Direct",
         ] {
             assert!(parse(&[bad]).is_err(), "{bad} accepted");
         }

@@ -257,6 +257,7 @@ fn effect(s: &MountSettings) -> impl PartialEq + std::fmt::Debug {
         s.fsname.clone(),
         s.subtype.clone(),
         s.readahead_kb(),
+        s.device_io(),
     )
 }
 

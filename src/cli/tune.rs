@@ -7,6 +7,7 @@
 use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::mount::{device_path, same_file};
+use dualfs::device::DeviceIo;
 use dualfs::mountinfo::fuse_mounts_of;
 use dualfs::tune::{tune, Change};
 use std::ffi::OsStr;
@@ -62,7 +63,7 @@ fn run_tune(args: &TuneArgs) -> Result<(), CliError> {
         )));
     }
     let open = |path: &Path, shown: &Path| {
-        open_device(path, false).map_err(|e| {
+        open_device(path, false, DeviceIo::Buffered).map_err(|e| {
             if is_in_use(&e) {
                 CliError::failure(format!(
                     "{} is in use (mounted, or held by another program); unmount it first",

@@ -1,10 +1,11 @@
-//! A device backed by an image file or a block device, read and written with pread/pwrite.
+//! A device backed by an image file or a block device, read and written with pread/pwrite,
+//! through the kernel's page cache or, with direct I/O, past it (`DeviceIo`, `super::direct`).
 //!
 //! Exclusive opens keep two programs (two mounts, or mkfs over a mounted file system) off the
 //! same storage: block devices are opened with `O_EXCL`, which the kernel refuses while the
 //! device is mounted or claimed by another exclusive opener; image files take a `flock`.
 
-use super::{check_range, BlockDevice};
+use super::{check_range, direct, BlockDevice};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -20,6 +21,29 @@ pub struct OpenMode {
     /// exclusive open of an image file takes a shared lock, so several readers may coexist
     /// but no writer.
     pub exclusive: bool,
+    /// Through the page cache or past it.
+    pub io: DeviceIo,
+}
+
+/// How a device's bytes travel between DualFS and the storage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceIo {
+    /// Through the kernel's page cache: pread and pwrite on a plain descriptor.
+    #[default]
+    Buffered,
+    /// Direct I/O (`O_DIRECT`), past the page cache (`super::direct`). A device that cannot
+    /// do it is an error (kind `Unsupported`) that names it.
+    Direct,
+}
+
+impl DeviceIo {
+    /// The spelling of the mount option's value (`devio=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceIo::Buffered => "buffered",
+            DeviceIo::Direct => "direct",
+        }
+    }
 }
 
 /// What kind of file is behind a `FileDevice`.
@@ -37,6 +61,8 @@ pub struct FileDevice {
     size: u64,
     kind: DeviceKind,
     read_only: bool,
+    /// With direct I/O: the alignment it needs (`direct::alignment`).
+    direct: Option<u64>,
 }
 
 // BLKGETSIZE64 is _IOR(0x12, 114, size_t): the size of a block device in bytes.
@@ -46,17 +72,13 @@ impl FileDevice {
     /// Open `path`, which must be a regular file or a block device.
     pub fn open(path: &Path, mode: OpenMode) -> io::Result<FileDevice> {
         let kind = kind_of(path)?;
-        let mut options = OpenOptions::new();
-        options.read(true).write(!mode.read_only);
-        if kind == DeviceKind::BlockDevice && mode.exclusive {
-            // Without O_CREAT, O_EXCL on a block device asks the kernel for an exclusive claim.
-            options.custom_flags(libc::O_EXCL);
-        }
-        let file = options.open(path).map_err(|e| {
-            if e.raw_os_error() == Some(libc::EBUSY) {
-                in_use_error(path)
+        let want_direct = mode.io == DeviceIo::Direct;
+        let file = open_file(path, mode, kind, want_direct).map_err(|e| {
+            // A file system that cannot do direct I/O refuses O_DIRECT at open (EINVAL).
+            if want_direct && e.raw_os_error() == Some(libc::EINVAL) {
+                direct::unsupported(path, "the file system it is on refuses it")
             } else {
-                with_path(path, "cannot open", e)
+                e
             }
         })?;
 
@@ -68,6 +90,16 @@ impl FileDevice {
                 path.display()
             )));
         }
+
+        let direct = if want_direct {
+            Some(direct::alignment(
+                path,
+                &file,
+                kind == DeviceKind::BlockDevice,
+            )?)
+        } else {
+            None
+        };
 
         if kind == DeviceKind::ImageFile && mode.exclusive {
             lock_image(path, &file, mode.read_only)?;
@@ -87,6 +119,7 @@ impl FileDevice {
             size,
             kind,
             read_only: mode.read_only,
+            direct,
         })
     }
 
@@ -101,6 +134,35 @@ impl FileDevice {
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
+
+    /// With direct I/O, the alignment its requests are widened to (bytes); None: buffered.
+    pub fn direct_alignment(&self) -> Option<u64> {
+        self.direct
+    }
+}
+
+/// Open `path` for `mode`, with `O_DIRECT` when `direct`.
+fn open_file(path: &Path, mode: OpenMode, kind: DeviceKind, direct: bool) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(!mode.read_only);
+    let mut flags = 0;
+    if kind == DeviceKind::BlockDevice && mode.exclusive {
+        // Without O_CREAT, O_EXCL on a block device asks the kernel for an exclusive claim.
+        flags |= libc::O_EXCL;
+    }
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
+    options.custom_flags(flags);
+    options.open(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EBUSY) {
+            in_use_error(path)
+        } else if direct && e.raw_os_error() == Some(libc::EINVAL) {
+            e // the caller names it
+        } else {
+            with_path(path, "cannot open", e)
+        }
+    })
 }
 
 impl BlockDevice for FileDevice {
@@ -110,7 +172,11 @@ impl BlockDevice for FileDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         check_range(self.size, offset, buf.len())?;
-        self.file.read_exact_at(buf, offset).map_err(|e| {
+        match self.direct {
+            Some(align) => direct::read_at(&self.file, align, buf, offset),
+            None => self.file.read_exact_at(buf, offset),
+        }
+        .map_err(|e| {
             let what = format!("read of {} bytes at offset {offset} failed on", buf.len());
             with_path(&self.path, &what, e)
         })
@@ -124,7 +190,11 @@ impl BlockDevice for FileDevice {
             ));
         }
         check_range(self.size, offset, buf.len())?;
-        self.file.write_all_at(buf, offset).map_err(|e| {
+        match self.direct {
+            Some(align) => direct::write_at(&self.file, align, self.size, buf, offset),
+            None => self.file.write_all_at(buf, offset),
+        }
+        .map_err(|e| {
             let what = format!("write of {} bytes at offset {offset} failed on", buf.len());
             with_path(&self.path, &what, e)
         })
@@ -231,7 +301,10 @@ fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::loop_for_tests::LoopDevice;
+    use crate::device::direct::PIECE_MAX;
+    use crate::device::loop_for_tests::{LoopDevice, Ramfs};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
 
     fn image(len: u64) -> tempfile::NamedTempFile {
         let f = tempfile::NamedTempFile::new().unwrap();
@@ -254,10 +327,12 @@ mod tests {
     const RW_EXCLUSIVE: OpenMode = OpenMode {
         read_only: false,
         exclusive: true,
+        io: DeviceIo::Buffered,
     };
     const RO_EXCLUSIVE: OpenMode = OpenMode {
         read_only: true,
         exclusive: true,
+        io: DeviceIo::Buffered,
     };
 
     #[test]
@@ -381,5 +456,215 @@ mod tests {
         assert!(eventually(
             || FileDevice::open(lo.path(), RW_EXCLUSIVE).is_ok()
         ));
+    }
+
+    const RW_DIRECT: OpenMode = OpenMode {
+        read_only: false,
+        exclusive: true,
+        io: DeviceIo::Direct,
+    };
+
+    /// A folder whose file system takes O_DIRECT: the temporary folder, /var/tmp, or else an
+    /// ext4 on a loop device. The folder goes before the loop device (field order).
+    struct DirectDir {
+        dir: tempfile::TempDir,
+        _ext4: Option<LoopDevice>,
+    }
+
+    fn takes_o_direct(dir: &Path) -> bool {
+        let probe = dir.join("probe");
+        let ok = std::fs::write(&probe, [0u8; 4096]).is_ok()
+            && OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&probe)
+                .is_ok();
+        let _ = std::fs::remove_file(&probe);
+        ok
+    }
+
+    fn direct_dir() -> Option<DirectDir> {
+        for base in [std::env::temp_dir(), PathBuf::from("/var/tmp")] {
+            if let Ok(dir) = tempfile::tempdir_in(&base) {
+                if takes_o_direct(dir.path()) {
+                    return Some(DirectDir { dir, _ext4: None });
+                }
+            }
+        }
+        let mut lo = LoopDevice::new(64 << 20)?;
+        let mnt = lo.mount_ext4()?;
+        let dir = tempfile::tempdir_in(mnt).ok()?;
+        Some(DirectDir {
+            dir,
+            _ext4: Some(lo),
+        })
+    }
+
+    /// An image of `len` bytes of random content in `dir`.
+    fn random_image(dir: &Path, name: &str, len: usize, rng: &mut StdRng) -> PathBuf {
+        let path = dir.join(name);
+        let mut bytes = vec![0u8; len];
+        rng.fill(&mut bytes[..]);
+        std::fs::write(&path, &bytes).unwrap();
+        path
+    }
+
+    /// `len` bytes of `source` starting at `shift`: a buffer at any alignment in memory.
+    fn slice_at(source: &[u8], shift: usize, len: usize) -> &[u8] {
+        &source[shift..shift + len]
+    }
+
+    /// Do the same reads and writes on `direct` and `buffered` (same size, same content):
+    /// first the edge cases, then random ones at odd offsets and lengths, with buffers at odd
+    /// places in memory; every read must give the same bytes, and so must the whole devices.
+    fn same_as_buffered(direct: &FileDevice, buffered: &FileDevice, seed: u64) {
+        let align = direct.direct_alignment().expect("opened for direct I/O") as usize;
+        let size = direct.size() as usize;
+        assert_eq!(size, buffered.size() as usize);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut source = vec![0u8; 3 * PIECE_MAX];
+        rng.fill(&mut source[..]);
+        // An aligned buffer inside `source`, for requests that go straight through.
+        let aligned_shift = source.as_ptr().align_offset(4096);
+        let mut cases: Vec<(usize, usize, usize)> = vec![
+            (0, 1, 1),
+            (align - 1, 2, 3),
+            (4095, 2, 0),
+            (4096, 4096, aligned_shift),
+            (align, align, aligned_shift),
+            (3 * align + 5, align, 7),
+            (size - 5, 5, 1),
+            (size - align, align, aligned_shift),
+            (1, PIECE_MAX + 3 * align, 11),
+            (align * 7 + 1, 2 * PIECE_MAX + 100, 13),
+            (0, size.min(2 * PIECE_MAX), aligned_shift),
+        ];
+        for _ in 0..300 {
+            let len = match rng.gen_range(0..10) {
+                0 => rng.gen_range(PIECE_MAX - 2 * align..PIECE_MAX + 4 * align),
+                1 => rng.gen_range(1..=3 * align),
+                2 => align * rng.gen_range(1..=8),
+                _ => rng.gen_range(1..20_000),
+            };
+            let offset = match rng.gen_range(0..4) {
+                0 => align * rng.gen_range(0..(size - len) / align),
+                _ => rng.gen_range(0..=size - len),
+            };
+            let shift = if rng.gen_bool(0.2) {
+                aligned_shift
+            } else {
+                rng.gen_range(0..64)
+            };
+            cases.push((offset, len, shift));
+        }
+        for (i, &(offset, len, shift)) in cases.iter().enumerate() {
+            let what = format!("case {i}: {len} bytes at {offset} (buffer at +{shift})");
+            if i % 2 == 0 {
+                let data = slice_at(&source, shift, len);
+                direct.write_at(data, offset as u64).expect(&what);
+                buffered.write_at(data, offset as u64).expect(&what);
+            }
+            let mut a = vec![0u8; len + shift];
+            let mut b = vec![0u8; len];
+            direct.read_at(&mut a[shift..], offset as u64).expect(&what);
+            buffered.read_at(&mut b, offset as u64).expect(&what);
+            assert!(a[shift..] == b[..], "{what}: different bytes");
+        }
+        direct.flush().unwrap();
+        buffered.flush().unwrap();
+        let mut a = vec![0u8; size];
+        let mut b = vec![0u8; size];
+        direct.read_at(&mut a, 0).unwrap();
+        buffered.read_at(&mut b, 0).unwrap();
+        assert!(a == b, "the devices differ");
+    }
+
+    #[test]
+    fn direct_io_on_an_image_does_what_buffered_io_does() {
+        let Some(dir) = direct_dir() else {
+            eprintln!("skipping: no file system here takes O_DIRECT");
+            return;
+        };
+        let mut rng = StdRng::seed_from_u64(1);
+        let len = 6 << 20;
+        let d = random_image(dir.dir.path(), "direct.img", len, &mut rng);
+        let b = dir.dir.path().join("buffered.img");
+        std::fs::copy(&d, &b).unwrap();
+        let direct = FileDevice::open(&d, RW_DIRECT).unwrap();
+        let align = direct.direct_alignment().unwrap();
+        assert!(
+            align.is_power_of_two() && (512..=4096).contains(&align),
+            "{align}"
+        );
+        let buffered = FileDevice::open(&b, RW_EXCLUSIVE).unwrap();
+        assert_eq!(buffered.direct_alignment(), None);
+        same_as_buffered(&direct, &buffered, 2);
+        drop((direct, buffered));
+        // What direct I/O wrote is what a plain read of the image finds.
+        assert!(std::fs::read(&d).unwrap() == std::fs::read(&b).unwrap());
+    }
+
+    #[test]
+    fn direct_io_on_block_devices_does_what_buffered_io_does() {
+        for sector in [512u32, 4096] {
+            let Some(lo) = LoopDevice::with_sector_size(4 << 20, sector) else {
+                return;
+            };
+            let Some(dir) = direct_dir() else {
+                return;
+            };
+            let mut rng = StdRng::seed_from_u64(u64::from(sector));
+            let img = random_image(dir.dir.path(), "buffered.img", 4 << 20, &mut rng);
+            let bytes = std::fs::read(&img).unwrap();
+            {
+                let plain = FileDevice::open(lo.path(), OpenMode::default()).unwrap();
+                plain.write_at(&bytes, 0).unwrap();
+                plain.flush().unwrap();
+            }
+            let direct = FileDevice::open(lo.path(), RW_DIRECT).unwrap();
+            assert_eq!(direct.direct_alignment(), Some(u64::from(sector)));
+            let buffered = FileDevice::open(&img, RW_EXCLUSIVE).unwrap();
+            same_as_buffered(&direct, &buffered, 3);
+        }
+    }
+
+    #[test]
+    fn direct_io_where_the_file_system_refuses_it_is_an_error_naming_the_image() {
+        let Some(ramfs) = Ramfs::new() else {
+            return;
+        };
+        let path = ramfs.path().join("meta.img");
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let err = FileDevice::open(&path, RW_DIRECT).err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::Unsupported);
+        let text = err.to_string();
+        assert!(text.contains(&*path.to_string_lossy()), "{text}");
+        assert!(text.contains("O_DIRECT"), "{text}");
+        // Nothing stays locked by the failed open.
+        FileDevice::open(&path, RW_EXCLUSIVE).unwrap();
+    }
+
+    #[test]
+    fn the_unaligned_tail_of_an_image_reads_but_is_not_written_directly() {
+        let Some(dir) = direct_dir() else {
+            return;
+        };
+        let mut rng = StdRng::seed_from_u64(4);
+        let path = random_image(dir.dir.path(), "odd.img", 10_000, &mut rng);
+        let bytes = std::fs::read(&path).unwrap();
+        let dev = FileDevice::open(&path, RW_DIRECT).unwrap();
+        let align = dev.direct_alignment().unwrap() as usize;
+        let last_unit = 10_000 / align * align;
+        let mut tail = vec![0u8; 10_000 - last_unit + 3];
+        dev.read_at(&mut tail, last_unit as u64 - 3).unwrap();
+        assert!(tail[..] == bytes[last_unit - 3..]);
+        let err = dev.write_at(b"x", 9_999).unwrap_err();
+        assert!(err.to_string().contains("direct I/O"), "{err}");
+        // Up to the last whole unit it writes, and the image keeps its size.
+        dev.write_at(b"abc", last_unit as u64 - 3).unwrap();
+        drop(dev);
+        let now = std::fs::read(&path).unwrap();
+        assert_eq!(now.len(), 10_000);
+        assert_eq!(&now[last_unit - 3..last_unit], b"abc");
     }
 }

@@ -1,5 +1,6 @@
-//! Loop devices over temporary images, for tests that need a real block device. They are
-//! detached (and unmounted) on drop, also when a test panics.
+//! Loop devices over temporary images, for tests that need a real block device, and a
+//! ramfs, for tests that need a file system that refuses direct I/O. They are detached (and
+//! unmounted) on drop, also when a test panics.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,10 +15,15 @@ impl LoopDevice {
     /// A loop device over a fresh sparse image of `len` bytes, or None (with a note) when
     /// loop devices cannot be made here: not root, or no losetup.
     pub fn new(len: u64) -> Option<LoopDevice> {
+        Self::with_sector_size(len, 512)
+    }
+
+    /// The same with a logical block (sector) size of `sector` bytes.
+    pub fn with_sector_size(len: u64, sector: u32) -> Option<LoopDevice> {
         let image = tempfile::NamedTempFile::new().ok()?;
         image.as_file().set_len(len).ok()?;
         let out = Command::new("losetup")
-            .args(["-f", "--show"])
+            .args(["-f", "--show", "--sector-size", &sector.to_string()])
             .arg(image.path())
             .output();
         match out {
@@ -80,5 +86,41 @@ impl Drop for LoopDevice {
             let _ = Command::new("umount").arg(dir.path()).status();
         }
         let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
+}
+
+/// A ramfs mounted on a temporary folder (it refuses O_DIRECT), unmounted on drop.
+pub struct Ramfs {
+    dir: tempfile::TempDir,
+}
+
+impl Ramfs {
+    /// None (with a note) when it cannot be mounted here (not root).
+    pub fn new() -> Option<Ramfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let mounted = nix::mount::mount(
+            Some("ramfs"),
+            dir.path(),
+            Some("ramfs"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        );
+        match mounted {
+            Ok(()) => Some(Ramfs { dir }),
+            Err(e) => {
+                eprintln!("skipping: cannot mount a ramfs: {e}");
+                None
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
     }
 }

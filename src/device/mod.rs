@@ -5,6 +5,7 @@
 
 use std::io;
 
+pub mod direct;
 pub mod fence;
 pub mod file;
 #[cfg(test)]
@@ -13,7 +14,7 @@ pub mod memory;
 pub mod probe;
 pub mod recording;
 
-pub use file::{DeviceKind, FileDevice, OpenMode};
+pub use file::{DeviceIo, DeviceKind, FileDevice, OpenMode};
 pub use memory::MemDevice;
 pub use probe::{is_mounted, probe_existing};
 pub use recording::{RecordedWrite, RecordingDevice, SeqClock, WriteSubset};

@@ -419,6 +419,7 @@ mod tests {
         let mode = OpenMode {
             read_only: false,
             exclusive: true,
+            ..OpenMode::default()
         };
         let dev = FileDevice::open(img.path(), mode).unwrap();
         let found = is_mounted(img.path()).unwrap();
@@ -442,6 +443,7 @@ mod tests {
         let mode = OpenMode {
             read_only: false,
             exclusive: true,
+            ..OpenMode::default()
         };
         let dev = FileDevice::open(lo.path(), mode).unwrap();
         let found = is_mounted(lo.path()).unwrap();

@@ -852,6 +852,7 @@ pub fn open_device(path: &Path, read_only: bool) -> FileDevice {
         OpenMode {
             read_only,
             exclusive: !read_only,
+            ..OpenMode::default()
         },
     )
     .unwrap_or_else(|e| panic!("FileDevice::open({}): {e}", path.display()))

@@ -37,6 +37,7 @@ fn open(path: &Path, read_only: bool) -> Arc<dyn BlockDevice> {
     let mode = OpenMode {
         read_only,
         exclusive: !read_only,
+        ..OpenMode::default()
     };
     let mut attempts = 0;
     loop {
