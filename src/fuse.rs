@@ -230,8 +230,9 @@ impl DualFuse {
         } else if self.config.keep_cache {
             f |= FopenFlags::FOPEN_KEEP_CACHE;
         }
-        // close(2) has nothing to do: data is on the device when write returns. Skipping
-        // FLUSH saves a round trip per close (with a writeback cache the kernel needs it).
+        // close(2) has nothing to do: the data reached DualFS (its cache or the device) when
+        // write returned, and close promises no durability. Skipping FLUSH saves a round trip
+        // per close (with a writeback cache the kernel needs it).
         if !self.config.writeback_cache {
             f |= FopenFlags::FOPEN_NOFLUSH;
         }
@@ -789,7 +790,7 @@ impl Filesystem for DualFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Data is on the device when a write returns, so a close has nothing to flush: ENOSYS
+        // Data has reached DualFS when a write returns, so a close has nothing to flush: ENOSYS
         // makes the kernel stop sending FLUSH (it is only sent at all with a writeback cache;
         // without one, files are opened with FOPEN_NOFLUSH). Errors still surface.
         match self.fs.flush(ino.0, fh.0) {

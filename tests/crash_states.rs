@@ -1,4 +1,4 @@
-//! Crash consistency under simulated power cuts (issue 3).
+//! Crash consistency under simulated power cuts.
 //!
 //! Every workload runs on DualFS's core API over two in-memory devices wrapped in
 //! `RecordingDevice`s that share one sequence clock. A crash state is both devices at one moment
