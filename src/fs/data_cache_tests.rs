@@ -33,6 +33,19 @@ impl BlockDevice for Counting {
     }
 }
 
+/// A fresh file system whose 64 MiB data device counts what is written to it.
+fn counting_devices() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Counting>) {
+    let (m, _) = devices(32, 64);
+    let data = Arc::new(Counting {
+        inner: MemDevice::new(64 << 20),
+        written: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
+    });
+    let d: Arc<dyn BlockDevice> = data.clone();
+    crate::mkfs::mkfs(m.clone(), d.clone(), &crate::mkfs::MkfsParams::default()).unwrap();
+    (m, d, data)
+}
+
 /// No periodic log writes: the test decides when data is written back.
 fn quiet(budget: u64) -> MountOptions {
     MountOptions {
@@ -65,14 +78,7 @@ fn check(m: &Arc<dyn BlockDevice>, d: &Arc<dyn BlockDevice>, when: &str) {
 /// that stay reach it at the next sync, whole, and read back the same after a remount.
 #[test]
 fn data_that_dies_before_its_write_back_never_reaches_the_device() {
-    let (m, _) = devices(32, 64);
-    let data = Arc::new(Counting {
-        inner: MemDevice::new(64 << 20),
-        written: AtomicU64::new(0),
-        requests: AtomicU64::new(0),
-    });
-    let d: Arc<dyn BlockDevice> = data.clone();
-    crate::mkfs::mkfs(m.clone(), d.clone(), &crate::mkfs::MkfsParams::default()).unwrap();
+    let (m, d, data) = counting_devices();
     let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
     let before = data.written.load(Ordering::Acquire);
     // 200 files of 10 KiB written, read back, removed: PostMark's short-lived files.
@@ -184,14 +190,7 @@ fn cached_data_reads_truncates_and_seeks_like_written_data() {
 /// request per file: on a disk, one sweep instead of a seek and a rotation per file.
 #[test]
 fn small_files_are_written_back_packed_in_few_requests() {
-    let (m, _) = devices(32, 64);
-    let data = Arc::new(Counting {
-        inner: MemDevice::new(64 << 20),
-        written: AtomicU64::new(0),
-        requests: AtomicU64::new(0),
-    });
-    let d: Arc<dyn BlockDevice> = data.clone();
-    crate::mkfs::mkfs(m.clone(), d.clone(), &crate::mkfs::MkfsParams::default()).unwrap();
+    let (m, d, data) = counting_devices();
     let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
     let files = 300;
     for i in 0..files {

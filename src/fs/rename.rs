@@ -61,10 +61,11 @@ impl Fs {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
-        if !self.cache.enabled() || flags.noreplace || check_name(name).is_err() {
-            return Ok(());
-        }
-        if check_name(new_name).is_err() {
+        if !self.cache.enabled()
+            || flags.noreplace
+            || check_name(name).is_err()
+            || check_name(new_name).is_err()
+        {
             return Ok(());
         }
         let (Ok(Some(from)), Ok(Some(_))) = (
