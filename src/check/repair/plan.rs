@@ -262,7 +262,7 @@ pub enum SessionFix {
     /// Set the damaged tree aside for an empty one and insert the salvaged entries and
     /// attributes.
     RebuildTree {
-        entries: Vec<crate::check::pass6_tree::Entry>,
+        entries: Vec<crate::check::entry::Entry>,
         attrs: Vec<crate::check::salvage::SalvagedAttr>,
     },
     /// Remove the attribute record under (`ino`, `hash`, `name`), freeing the value blocks
