@@ -9,7 +9,7 @@
 //! are: entries naming them or held in them are kept, and they are taken as reachable through,
 //! because nothing can be judged about them).
 
-use super::plan::{FixClass, Planned, SessionFix, NEW_LOST_FOUND};
+use super::fixes::{FixClass, Planned, SessionFix, NEW_LOST_FOUND};
 use crate::check::pass2_inodes::{InodeInfo, Inodes};
 use crate::check::pass6_tree::Namespace;
 use crate::format::kind::FileKind;

@@ -1,7 +1,7 @@
 //! Superblock repairs, written straight to the devices: copies rewritten from the primary, the
 //! data superblock rebuilt from the metadata one, the primary restored from a copy.
 
-use super::plan::RawFix;
+use super::fixes::RawFix;
 use crate::device::BlockDevice;
 use crate::format::superblock::{Role, Superblock, SB_MAGIC, SB_SIZE};
 use crate::{FsError, Result};
