@@ -343,6 +343,11 @@ impl<'a> LogReader<'a> {
                 j += 1;
             }
             let n = (last - first + 1) as usize;
+            // Both ends passed `bad_address`, so the whole run lies on the device.
+            assert!(
+                (n as u64) <= MAX_RUN && (last + 1) * bs as u64 <= self.dev.size(),
+                "a run of log blocks {first}..={last} reaches past the device"
+            );
             buf.resize(n * bs, 0);
             self.dev.read_at(&mut buf, first * bs as u64)?;
             for &a in &addrs[i..j] {

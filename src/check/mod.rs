@@ -25,6 +25,7 @@
 //! depend on them).
 
 mod context;
+mod entry;
 pub mod findings;
 mod glance;
 mod pass0_superblocks;
@@ -253,7 +254,7 @@ pub(crate) fn run(
     meta: &dyn BlockDevice,
     data: &dyn BlockDevice,
     opts: &Options,
-    listed: Option<Vec<pass6_tree::Entry>>,
+    listed: Option<Vec<entry::Entry>>,
 ) -> Result<Outcome> {
     let meta = BoundedDevice::new(meta);
     let mut sink = Sink::new(opts);

@@ -70,11 +70,52 @@ fn read_region(log: &LogReader, region: u64) -> Result<Region> {
 }
 
 pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
-    let sb = log.sb.clone();
     let regions = [
         (CP_REGION_A, read_region(log, CP_REGION_A)?),
         (CP_REGION_B, read_region(log, CP_REGION_B)?),
     ];
+    let Some((newest_region, cp)) = newest_checkpoint(sink, &regions) else {
+        return Ok(None);
+    };
+    // The other region is the fallback should the newest be lost.
+    let other = if newest_region == CP_REGION_A {
+        &regions[1]
+    } else {
+        &regions[0]
+    };
+    let mut pass = Pass {
+        sink,
+        log,
+        sb: log.sb.clone(),
+        cp,
+        head_ok: false,
+    };
+    pass.check_fallback(other);
+    pass.head_ok = check_head(pass.sink, &pass.sb, &pass.cp);
+    pass.check_next_node_id();
+    let Some(mut tables) = pass.load_checkpoint_tables(&other.1)? else {
+        return Ok(None);
+    };
+    let ifile_at_checkpoint = read_ifile_bodies(pass.sink, log, &tables)?;
+    pass.check_repeated_figures(&tables);
+
+    // Roll forward in memory; the device is read-only (see BoundedDevice).
+    pass.sink.progress(1, NAME, 0, 1);
+    let Some(head) = pass.continue_log(&mut tables)? else {
+        return Ok(None);
+    };
+    pass.sink.progress(1, NAME, 1, 1);
+    Ok(Some(Loaded {
+        cp: pass.cp,
+        tables,
+        head,
+        ifile_at_checkpoint,
+    }))
+}
+
+/// The newest valid checkpoint and its region (reported as the one used), or None when
+/// neither region holds one (reported as an error).
+fn newest_checkpoint(sink: &mut Sink, regions: &[(u64, Region); 2]) -> Option<(u64, Checkpoint)> {
     let newest = regions
         .iter()
         .filter_map(|(r, s)| match s {
@@ -82,7 +123,7 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
             _ => None,
         })
         .max_by_key(|(_, cp)| cp.serial);
-    let Some((newest_region, mut cp)) = newest else {
+    let Some((region, cp)) = newest else {
         let why: Vec<String> = regions
             .iter()
             .map(|(r, s)| match s {
@@ -98,7 +139,7 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
                 why.join("; ")
             ),
         );
-        return Ok(None);
+        return None;
     };
     sink.stats.checkpoint_serial = cp.serial;
     sink.stats.checkpoint_clean = cp.is_clean();
@@ -106,249 +147,280 @@ pub fn run(sink: &mut Sink, log: &LogReader) -> Result<Option<Loaded>> {
         format!(
             "using checkpoint {} from region {}{}",
             cp.serial,
-            region_name(newest_region),
+            region_name(region),
             if cp.is_clean() { " (clean)" } else { "" }
         )
     });
+    Some((region, cp))
+}
 
-    // The other region is the fallback should the newest be lost.
-    let (other_region, other) = if newest_region == CP_REGION_A {
-        &regions[1]
-    } else {
-        &regions[0]
-    };
-    let other_name = region_name(*other_region);
-    let fallback_fine = match other {
-        Region::Valid(old) => old.serial.checked_add(1) == Some(cp.serial),
-        Region::Empty => cp.serial <= 1,
-        Region::Unusable(_) => false,
-    };
-    if !fallback_fine {
-        sink.found(Finding::FallbackCheckpoint);
-    }
-    match other {
-        Region::Valid(old) if old.serial.checked_add(1) != Some(cp.serial) => sink.warning(
-            NAME,
-            format!(
-                "region {other_name} holds checkpoint {}, not the one before {} as expected",
-                old.serial, cp.serial
-            ),
-        ),
-        Region::Valid(_) => {}
-        Region::Empty if cp.serial <= 1 => sink
-            .note(|| format!("region {other_name} is empty: only one checkpoint was ever written")),
-        // It held the checkpoint before this one, or one after it that was lost.
-        Region::Empty => sink.warning(
-            NAME,
-            format!(
-                "region {other_name} is empty, but checkpoint {} is not the first: the other \
-                 checkpoint (the fallback, or a newer one) is lost",
-                cp.serial
-            ),
-        ),
-        Region::Unusable(why) => sink.warning(
-            NAME,
-            format!(
-                "region {other_name} is unusable ({why}): the other checkpoint (the fallback, \
-                 or a newer one) is lost"
-            ),
-        ),
-    }
+/// What the steps of the pass share once the checkpoint to start from is chosen.
+struct Pass<'s, 'l> {
+    sink: &'s mut Sink,
+    log: &'s LogReader<'l>,
+    sb: Arc<Superblock>,
+    /// The checkpoint the check starts from: the newest, or the one before it when the
+    /// newest's tables cannot be loaded.
+    cp: Checkpoint,
+    /// The log can continue where `cp` says (`check_head`).
+    head_ok: bool,
+}
 
-    let mut head_ok = check_head(sink, &sb, &cp);
-    if cp.next_node_id < 2 {
-        sink.error(
-            NAME,
-            format!(
-                "checkpoint {}: next node id {} (node 1, the root, is always in use)",
-                cp.serial, cp.next_node_id
-            ),
-        );
-        sink.found(Finding::NextNodeId);
-    }
-
-    let mut tables = match load_tables(&sb, log.device(), &cp) {
-        Ok(t) => t,
-        Err(e) => {
-            let why = damage_or_failure(e)?;
-            match load_tables_lenient(log, &cp)? {
-                Some(t) => {
-                    sink.error(
-                        NAME,
-                        format!(
-                            "the bitmap file of checkpoint {} is damaged ({why}); the check goes \
-                             on with the bitmaps as far as they can be read",
-                            cp.serial
-                        ),
-                    );
-                    sink.found(Finding::BitmapFile);
-                    t
-                }
-                None => {
-                    // The previous checkpoint, if it is still there, is a consistent state.
-                    let older = match other {
-                        Region::Valid(o) if o.serial < cp.serial => Some((**o).clone()),
-                        _ => None,
-                    };
-                    let loaded = match &older {
-                        Some(o) => match load_tables(&sb, log.device(), o) {
-                            Ok(t) => Some(t),
-                            Err(_) => load_tables_lenient(log, o)?,
-                        },
-                        None => None,
-                    };
-                    let (Some(o), Some(t)) = (older, loaded) else {
-                        sink.error(
-                            NAME,
-                            format!(
-                                "the tables of checkpoint {} cannot be loaded ({why}); nothing \
-                                 more can be checked",
-                                cp.serial
-                            ),
-                        );
-                        return Ok(None);
-                    };
-                    sink.error(
-                        NAME,
-                        format!(
-                            "the tables of checkpoint {} cannot be loaded ({why}); the check goes \
-                             on from the previous checkpoint, {} (mount fails until a repair \
-                             goes back to it)",
-                            cp.serial, o.serial
-                        ),
-                    );
-                    sink.found(Finding::OlderCheckpoint { newest: cp.serial });
-                    sink.stats.checkpoint_serial = o.serial;
-                    sink.stats.checkpoint_clean = o.is_clean();
-                    head_ok = check_head(sink, &sb, &o);
-                    cp = o;
-                    t
-                }
-            }
+impl Pass<'_, '_> {
+    /// The other region should hold the checkpoint before this one (or nothing, if this is
+    /// the first).
+    fn check_fallback(&mut self, (other_region, other): &(u64, Region)) {
+        let (sink, cp) = (&mut *self.sink, &self.cp);
+        let other_name = region_name(*other_region);
+        let fallback_fine = match other {
+            Region::Valid(old) => old.serial.checked_add(1) == Some(cp.serial),
+            Region::Empty => cp.serial <= 1,
+            Region::Unusable(_) => false,
+        };
+        if !fallback_fine {
+            sink.found(Finding::FallbackCheckpoint);
         }
-    };
-    let ifile_at_checkpoint = read_ifile_bodies(sink, log, &tables)?;
+        match other {
+            Region::Valid(old) if old.serial.checked_add(1) != Some(cp.serial) => sink.warning(
+                NAME,
+                format!(
+                    "region {other_name} holds checkpoint {}, not the one before {} as expected",
+                    old.serial, cp.serial
+                ),
+            ),
+            Region::Valid(_) => {}
+            Region::Empty if cp.serial <= 1 => sink.note(|| {
+                format!("region {other_name} is empty: only one checkpoint was ever written")
+            }),
+            // It held the checkpoint before this one, or one after it that was lost.
+            Region::Empty => sink.warning(
+                NAME,
+                format!(
+                    "region {other_name} is empty, but checkpoint {} is not the first: the \
+                     other checkpoint (the fallback, or a newer one) is lost",
+                    cp.serial
+                ),
+            ),
+            Region::Unusable(why) => sink.warning(
+                NAME,
+                format!(
+                    "region {other_name} is unusable ({why}): the other checkpoint (the \
+                     fallback, or a newer one) is lost"
+                ),
+            ),
+        }
+    }
 
-    // Figures the checkpoint repeats (informative; they only matter if nothing follows it).
-    if cp.live_inodes != tables.ifile.live_inodes
-        || cp.free_data_blocks != tables.data.committed_free()
-    {
-        sink.found(Finding::CheckpointFigures);
+    fn check_next_node_id(&mut self) {
+        let cp = &self.cp;
+        if cp.next_node_id < 2 {
+            self.sink.error(
+                NAME,
+                format!(
+                    "checkpoint {}: next node id {} (node 1, the root, is always in use)",
+                    cp.serial, cp.next_node_id
+                ),
+            );
+            self.sink.found(Finding::NextNodeId);
+        }
     }
-    if cp.live_inodes != tables.ifile.live_inodes {
-        sink.warning(
+
+    /// The tables the checkpoint names: as mount loads them, else with a damaged bitmap file
+    /// taken as far as it can be read, else those of the previous checkpoint (`other`).
+    /// None when nothing more can be checked (reported).
+    fn load_checkpoint_tables(&mut self, other: &Region) -> Result<Option<Tables>> {
+        let e = match load_tables(&self.sb, self.log.device(), &self.cp) {
+            Ok(t) => return Ok(Some(t)),
+            Err(e) => e,
+        };
+        let why = damage_or_failure(e)?;
+        if let Some(t) = load_tables_lenient(self.log, &self.cp)? {
+            self.sink.error(
+                NAME,
+                format!(
+                    "the bitmap file of checkpoint {} is damaged ({why}); the check goes on \
+                     with the bitmaps as far as they can be read",
+                    self.cp.serial
+                ),
+            );
+            self.sink.found(Finding::BitmapFile);
+            return Ok(Some(t));
+        }
+        self.fall_back_to_older(other, &why)
+    }
+
+    /// The newest checkpoint's tables cannot be loaded (`why`): the previous checkpoint, if
+    /// it is still there, is a consistent state to check instead.
+    fn fall_back_to_older(&mut self, other: &Region, why: &str) -> Result<Option<Tables>> {
+        let older = match other {
+            Region::Valid(o) if o.serial < self.cp.serial => Some((**o).clone()),
+            _ => None,
+        };
+        let loaded = match &older {
+            Some(o) => match load_tables(&self.sb, self.log.device(), o) {
+                Ok(t) => Some(t),
+                Err(_) => load_tables_lenient(self.log, o)?,
+            },
+            None => None,
+        };
+        let (Some(o), Some(t)) = (older, loaded) else {
+            self.sink.error(
+                NAME,
+                format!(
+                    "the tables of checkpoint {} cannot be loaded ({why}); nothing more can be \
+                     checked",
+                    self.cp.serial
+                ),
+            );
+            return Ok(None);
+        };
+        self.sink.error(
             NAME,
             format!(
-                "checkpoint {} says {} live inodes, its inode map holds {}",
-                cp.serial, cp.live_inodes, tables.ifile.live_inodes
+                "the tables of checkpoint {} cannot be loaded ({why}); the check goes on from \
+                 the previous checkpoint, {} (mount fails until a repair goes back to it)",
+                self.cp.serial, o.serial
             ),
         );
+        self.sink.found(Finding::OlderCheckpoint {
+            newest: self.cp.serial,
+        });
+        self.sink.stats.checkpoint_serial = o.serial;
+        self.sink.stats.checkpoint_clean = o.is_clean();
+        self.head_ok = check_head(self.sink, &self.sb, &o);
+        self.cp = o;
+        Ok(Some(t))
     }
-    if cp.free_data_blocks != tables.data.committed_free() {
-        sink.warning(
-            NAME,
-            format!(
-                "checkpoint {} says {} free data blocks, its group descriptors {}",
-                cp.serial,
-                cp.free_data_blocks,
-                tables.data.committed_free()
-            ),
-        );
-    }
-    for seg in [sb.segment_of(cp.log_head), cp.next_segment] {
-        let flags = tables.ifile.usage.get(seg as usize).map_or(0, |u| u.flags);
-        if flags & SEG_ACTIVE == 0 && head_ok {
-            sink.found(Finding::SegmentUsage);
+
+    /// Figures the checkpoint repeats (informative; they only matter if nothing follows it),
+    /// and the segments the log continues in, which must be marked active.
+    fn check_repeated_figures(&mut self, tables: &Tables) {
+        let (sink, cp) = (&mut *self.sink, &self.cp);
+        if cp.live_inodes != tables.ifile.live_inodes
+            || cp.free_data_blocks != tables.data.committed_free()
+        {
+            sink.found(Finding::CheckpointFigures);
+        }
+        if cp.live_inodes != tables.ifile.live_inodes {
             sink.warning(
                 NAME,
                 format!(
-                    "checkpoint {}: segment {seg} is where the log continues but is not marked \
-                     active",
-                    cp.serial
+                    "checkpoint {} says {} live inodes, its inode map holds {}",
+                    cp.serial, cp.live_inodes, tables.ifile.live_inodes
                 ),
             );
         }
+        if cp.free_data_blocks != tables.data.committed_free() {
+            sink.warning(
+                NAME,
+                format!(
+                    "checkpoint {} says {} free data blocks, its group descriptors {}",
+                    cp.serial,
+                    cp.free_data_blocks,
+                    tables.data.committed_free()
+                ),
+            );
+        }
+        for seg in [self.sb.segment_of(cp.log_head), cp.next_segment] {
+            let flags = tables.ifile.usage.get(seg as usize).map_or(0, |u| u.flags);
+            if flags & SEG_ACTIVE == 0 && self.head_ok {
+                sink.found(Finding::SegmentUsage);
+                sink.warning(
+                    NAME,
+                    format!(
+                        "checkpoint {}: segment {seg} is where the log continues but is not \
+                         marked active",
+                        cp.serial
+                    ),
+                );
+            }
+        }
     }
 
-    // Roll forward in memory; the device is read-only (see BoundedDevice).
-    sink.progress(1, NAME, 0, 1);
-    let head = if !head_ok {
-        match fresh_head(&sb, &mut tables, &cp) {
-            Some(h) => h,
-            None => {
-                sink.error(
+    /// Where the log continues after the checkpoint: rolled forward as mount would, or a
+    /// fresh head when the checkpoint's is unusable. None when nothing more can be checked
+    /// (reported).
+    fn continue_log(&mut self, tables: &mut Tables) -> Result<Option<LogHead>> {
+        if !self.head_ok {
+            let head = fresh_head(&self.sb, tables, &self.cp);
+            if head.is_none() {
+                self.sink.error(
                     NAME,
                     "no clean segment is left for the log to continue in; nothing more can be \
                      checked",
                 );
-                return Ok(None);
             }
+            return Ok(head);
         }
-    } else {
         let mut rep = RecoveryReport::default();
-        match roll_forward_limited(&sb, log.device(), &mut tables, &cp, None, &mut rep) {
+        match roll_forward_limited(
+            &self.sb,
+            self.log.device(),
+            tables,
+            &self.cp,
+            None,
+            &mut rep,
+        ) {
             Ok(head) => {
-                report_roll_forward(sink, &cp, &rep);
-                head
+                report_roll_forward(self.sink, &self.cp, &rep);
+                Ok(Some(head))
             }
             Err(e) => {
                 let why = damage_or_failure(e)?;
-                let applied = rep.transactions;
-                sink.error(
-                    NAME,
-                    format!(
-                        "roll-forward from checkpoint {} fails ({why}) at the transaction after \
-                         the first {applied}: mount would fail; the rest of the check covers the \
-                         state before that transaction",
-                        cp.serial
-                    ),
-                );
-                sink.found(Finding::RollForward { applied });
-                tables = match load_tables(&sb, log.device(), &cp) {
-                    Ok(t) => t,
-                    Err(_) => match load_tables_lenient(log, &cp)? {
-                        Some(t) => t,
-                        None => {
-                            sink.error(NAME, "reloading the tables fails");
-                            return Ok(None);
-                        }
-                    },
-                };
-                let mut rep = RecoveryReport::default();
-                let limited = roll_forward_limited(
-                    &sb,
-                    log.device(),
-                    &mut tables,
-                    &cp,
-                    Some(applied),
-                    &mut rep,
-                );
-                match limited {
-                    Ok(head) => {
-                        let s = &mut sink.stats;
-                        s.transactions_rolled_forward = rep.transactions;
-                        s.partial_segments_rolled_forward = rep.partial_segments;
-                        head
-                    }
-                    Err(e) => {
-                        let why = damage_or_failure(e)?;
-                        sink.error(
-                            NAME,
-                            format!("rolling the good transactions forward again fails: {why}"),
-                        );
-                        return Ok(None);
-                    }
-                }
+                self.roll_forward_before_failure(tables, &why, rep.transactions)
             }
         }
-    };
-    sink.progress(1, NAME, 1, 1);
-    Ok(Some(Loaded {
-        cp,
-        tables,
-        head,
-        ifile_at_checkpoint,
-    }))
+    }
+
+    /// Roll-forward failed (`why`) after `applied` transactions: mount would fail. The check
+    /// goes on with the state before the failing transaction, from the tables loaded again.
+    fn roll_forward_before_failure(
+        &mut self,
+        tables: &mut Tables,
+        why: &str,
+        applied: u64,
+    ) -> Result<Option<LogHead>> {
+        let (log, cp) = (self.log, &self.cp);
+        self.sink.error(
+            NAME,
+            format!(
+                "roll-forward from checkpoint {} fails ({why}) at the transaction after the \
+                 first {applied}: mount would fail; the rest of the check covers the state \
+                 before that transaction",
+                cp.serial
+            ),
+        );
+        self.sink.found(Finding::RollForward { applied });
+        *tables = match load_tables(&self.sb, log.device(), cp) {
+            Ok(t) => t,
+            Err(_) => match load_tables_lenient(log, cp)? {
+                Some(t) => t,
+                None => {
+                    self.sink.error(NAME, "reloading the tables fails");
+                    return Ok(None);
+                }
+            },
+        };
+        let mut rep = RecoveryReport::default();
+        let limited =
+            roll_forward_limited(&self.sb, log.device(), tables, cp, Some(applied), &mut rep);
+        match limited {
+            Ok(head) => {
+                let s = &mut self.sink.stats;
+                s.transactions_rolled_forward = rep.transactions;
+                s.partial_segments_rolled_forward = rep.partial_segments;
+                Ok(Some(head))
+            }
+            Err(e) => {
+                let why = damage_or_failure(e)?;
+                self.sink.error(
+                    NAME,
+                    format!("rolling the good transactions forward again fails: {why}"),
+                );
+                Ok(None)
+            }
+        }
+    }
 }
 
 fn report_roll_forward(sink: &mut Sink, cp: &Checkpoint, rep: &RecoveryReport) {

@@ -52,6 +52,11 @@ pub fn run(
             Some(FileKind::Regular) => {
                 let mut w = Walk::new(log, ino, &info.disk, Mode::Check);
                 w.file(sink, claims, &mut |block, _file_block| {
+                    // The walk reports pointers off the device instead of handing them over.
+                    debug_assert!(
+                        block != 0 && block < data_blocks,
+                        "data block {block} is not on the device"
+                    );
                     if referenced.replace(block as usize, true) {
                         shared.insert(block);
                     }

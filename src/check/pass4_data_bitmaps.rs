@@ -104,6 +104,11 @@ pub fn run(sink: &mut Sink, tables: &Tables, inodes: &Inodes, data_use: &DataUse
     }
     for (g, gd) in map.groups.iter().enumerate() {
         let g = g as u64;
+        // Only the group's own blocks, each once, were counted.
+        assert!(
+            allocated_in_group[g as usize] <= map.group_len(g),
+            "group {g} has more blocks allocated than it holds"
+        );
         let free = map.group_len(g) - allocated_in_group[g as usize];
         if gd.free_blocks as u64 != free {
             sink.found(Finding::DataBitmaps);

@@ -37,6 +37,10 @@ pub fn run(sink: &mut Sink, log: &LogReader, claims: &mut Claims, state: &Loaded
     let mut live = vec![0u64; segments as usize];
     for (addr, what) in claims.iter() {
         // Claims hold checked log addresses only, so the segment is in range.
+        debug_assert!(
+            log.bad_address(addr).is_none(),
+            "log block {addr} was claimed unchecked"
+        );
         let Some(bytes) = live.get_mut(log.segment_of(addr) as usize) else {
             continue;
         };

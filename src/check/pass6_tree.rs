@@ -5,6 +5,7 @@
 //! (anything else is a leaked log block). Then the entries are listed for pass 7.
 
 use super::context::{damage_or_failure, LogReader, Sink};
+use super::entry::Entry;
 use super::findings::Finding;
 use super::pass1_checkpoints::Loaded;
 use super::salvage::{salvage, Salvaged};
@@ -18,16 +19,6 @@ pub const NAME: &str = "directory tree";
 
 /// Node cache of the tree opened for checking.
 const TREE_CACHE_BYTES: u64 = 16 << 20;
-
-/// A directory entry: key (`dir`, `hash`, `name`), value (`ino`, `kind`: type code).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Entry {
-    pub dir: u64,
-    pub hash: u64,
-    pub name: Vec<u8>,
-    pub ino: u64,
-    pub kind: u8,
-}
 
 /// An extended attribute record: key (`ino`, `hash`, `name`), the value's length and the
 /// `VALUE` blocks holding it (none when inline). The value itself is kept only for ACLs

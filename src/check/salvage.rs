@@ -12,7 +12,7 @@
 //! unreachable and the repair's next round reconnects them under /lost+found. Attributes keep
 //! their keys and values (read from their value blocks; one that cannot be read is dropped).
 
-use super::pass6_tree::Entry;
+use super::entry::Entry;
 use crate::betree::NodeLoader;
 use crate::format::node::{self as fmt, AttrValue, Key, MessageOp, NodeBody, Value};
 use crate::format::ROOT_NODE_ID;

@@ -66,6 +66,8 @@ pub const MAX_ALIGNMENT: u64 = crate::format::MIN_BLOCK_SIZE as u64;
 /// one `pwrite`. Larger requests are done in pieces of this size. Each thread that does direct
 /// I/O keeps one bounce buffer of up to this size.
 pub const PIECE_MAX: usize = (1 << 20) + 2 * MAX_ALIGNMENT as usize;
+// A piece of a bounced request must stay whole units of any alignment up to the largest.
+const _: () = assert!(PIECE_MAX % MAX_ALIGNMENT as usize == 0);
 
 // BLKSSZGET is _IO(0x12, 104): the logical block size of a block device, an int.
 nix::ioctl_read_bad!(logical_block_size_ioctl, libc::BLKSSZGET, libc::c_int);
@@ -156,6 +158,7 @@ fn is_aligned(ptr: *const u8, offset: u64, len: usize, align: u64) -> bool {
 /// Fill `buf` from `offset` of `file`, opened with `O_DIRECT` and needing `align`. The caller
 /// has checked that the range is inside the device.
 pub fn read_at(file: &File, align: u64, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    assert!(valid_alignment(align), "direct I/O alignment {align}");
     if is_aligned(buf.as_ptr(), offset, buf.len(), align) {
         return file.read_exact_at(buf, offset);
     }
@@ -167,6 +170,10 @@ pub fn read_at(file: &File, align: u64, buf: &mut [u8], offset: u64) -> io::Resu
             let n = (hi - at).min(PIECE_MAX as u64);
             let piece = &mut bounce[..n as usize];
             let (first, last) = (at.max(offset), (at + n).min(end));
+            assert!(
+                whole_units(at, n, align),
+                "a bounced read of part of a unit"
+            );
             // At the end of an image whose size is not aligned the read comes back short.
             if read_upto(file, align, piece, at)? < (last - at) as usize {
                 return Err(io::Error::new(
@@ -186,6 +193,13 @@ pub fn read_at(file: &File, align: u64, buf: &mut [u8], offset: u64) -> io::Resu
 /// needing `align`: the partly covered units at either end are read, modified and written
 /// back (safe without a lock, see the module comment). The caller has checked the range.
 pub fn write_at(file: &File, align: u64, size: u64, buf: &[u8], offset: u64) -> io::Result<()> {
+    assert!(valid_alignment(align), "direct I/O alignment {align}");
+    assert!(
+        offset
+            .checked_add(buf.len() as u64)
+            .is_some_and(|e| e <= size),
+        "the caller checks that a write lies on the device"
+    );
     if is_aligned(buf.as_ptr(), offset, buf.len(), align) {
         return file.write_all_at(buf, offset);
     }
@@ -207,6 +221,11 @@ pub fn write_at(file: &File, align: u64, size: u64, buf: &[u8], offset: u64) -> 
             let n = (hi - at).min(PIECE_MAX as u64);
             let piece = &mut bounce[..n as usize];
             let (first, last) = (at.max(offset), (at + n).min(end));
+            // O_DIRECT refuses anything else, and the read-modify-write below relies on it.
+            assert!(
+                whole_units(at, n, align),
+                "a bounced write of part of a unit"
+            );
             let head_read = first > at;
             if head_read {
                 file.read_exact_at(&mut piece[..align as usize], at)?;
@@ -223,6 +242,16 @@ pub fn write_at(file: &File, align: u64, size: u64, buf: &[u8], offset: u64) -> 
         }
         Ok(())
     })
+}
+
+/// What `alignment` hands out: a power of two no larger than [`MAX_ALIGNMENT`].
+fn valid_alignment(align: u64) -> bool {
+    align.is_power_of_two() && align <= MAX_ALIGNMENT
+}
+
+/// `n` bytes at `at` are whole units of `align`.
+fn whole_units(at: u64, n: u64, align: u64) -> bool {
+    n > 0 && at % align == 0 && n % align == 0
 }
 
 /// [lo, hi): [offset, end) widened to whole units of `align`.

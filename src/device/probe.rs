@@ -5,6 +5,7 @@
 //! costs their data.
 
 use super::BlockDevice;
+use crate::format::superblock::{self as sb, LABEL_LEN, SB_MAGIC};
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -36,7 +37,7 @@ fn identify(head: &[u8]) -> Option<String> {
     };
     let boot_signature = at(510, &[0x55, 0xAA]);
 
-    if at(0, b"DUALFSSB") {
+    if at(sb::at::MAGIC, SB_MAGIC) {
         return Some(dualfs(head));
     }
     if at(0, b"LUKS\xba\xbe") {
@@ -99,18 +100,18 @@ fn identify(head: &[u8]) -> Option<String> {
 }
 
 fn dualfs(head: &[u8]) -> String {
-    let role = match head.get(32..36) {
+    let role = match head.get(sb::at::ROLE..sb::at::ROLE + 4) {
         Some(&[1, 0, 0, 0]) => "metadata device",
         Some(&[2, 0, 0, 0]) => "data device",
         _ => "device (unknown role)",
     };
     let mut description = format!("a DualFS {role}");
     if let Some(uuid) = head
-        .get(16..32)
+        .get(sb::at::UUID..sb::at::UUID + 16)
         .and_then(|b| uuid::Uuid::from_slice(b).ok())
     {
         description += &format!(" (UUID {uuid}");
-        let label = label_at(head, 104, 32);
+        let label = label_at(head, sb::at::LABEL, LABEL_LEN);
         if !label.is_empty() {
             description += &format!(", label \"{label}\"");
         }

@@ -88,6 +88,26 @@ struct State {
     failing_reads: Vec<Range<u64>>,
 }
 
+impl State {
+    /// The record's shape: an open epoch, stamps parallel to the epochs, one flush stamp per
+    /// closed epoch.
+    fn check_shape(&self) {
+        assert!(!self.epochs.is_empty(), "no open epoch");
+        assert_eq!(self.stamps.len(), self.epochs.len(), "stamps out of step");
+        assert_eq!(
+            self.flush_stamps.len() + 1,
+            self.epochs.len(),
+            "flush stamps out of step"
+        );
+    }
+
+    /// The stamp of this device's latest recorded event (write or flush), if any.
+    fn last_stamp(&self) -> Option<u64> {
+        let last_write = self.stamps.last().and_then(|s| s.last()).copied();
+        last_write.or_else(|| self.flush_stamps.last().copied())
+    }
+}
+
 impl<D: BlockDevice> RecordingDevice<D> {
     /// Wrap `inner` and start recording, with 4 KiB atomic writes.
     pub fn new(inner: D) -> Self {
@@ -295,6 +315,13 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
         }
         self.inner.write_at(buf, offset)?;
         let stamp = self.clock.tick();
+        state.check_shape();
+        // Every event of this device is stamped under its lock: its stamps only grow, which
+        // `epoch_at`, `pending_at` and `crash_state_at` rely on.
+        assert!(
+            state.last_stamp().is_none_or(|s| s < stamp),
+            "a write stamped before this device's last event"
+        );
         let pieces = self
             .pieces(buf, offset)
             .map(|(offset, bytes)| RecordedWrite {
@@ -307,6 +334,14 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
             .expect("the open epoch always exists");
         let before = open_epoch.len();
         open_epoch.extend(pieces);
+        assert_eq!(
+            open_epoch[before..]
+                .iter()
+                .map(|w| w.bytes.len())
+                .sum::<usize>(),
+            buf.len(),
+            "the pieces of a write cover it exactly"
+        );
         let added = open_epoch.len() - before;
         let open_stamps = state.stamps.last_mut().expect("parallel to epochs");
         open_stamps.extend(std::iter::repeat_n(stamp, added));
@@ -320,6 +355,11 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
         }
         self.inner.flush()?;
         let stamp = self.clock.tick();
+        state.check_shape();
+        assert!(
+            state.last_stamp().is_none_or(|s| s < stamp),
+            "a flush stamped before the writes it closes"
+        );
         state.epochs.push(Vec::new());
         state.stamps.push(Vec::new());
         state.flush_stamps.push(stamp);

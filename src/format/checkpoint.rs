@@ -5,12 +5,35 @@ use super::*;
 use crate::{FsError, Result};
 
 pub const CP_MAGIC: &[u8; 8] = b"DFSCKPT1";
-const CRC_OFF: usize = 12;
 const CP_SIZE: usize = 1024;
 pub const CP_CLEAN: u32 = 1;
 /// Log addresses of the two regions.
 pub const CP_REGION_A: u64 = 1;
 pub const CP_REGION_B: u64 = 2;
+
+/// Byte offsets of the checkpoint's fields, named as in docs/FORMAT.md "Checkpoint region"
+/// (`cp_log_head` is `at::LOG_HEAD`).
+mod at {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const CRC: usize = 12;
+    pub const SERIAL: usize = 16;
+    pub const UUID_TAG: usize = 24;
+    pub const LOG_HEAD: usize = 32;
+    pub const NEXT_SEGMENT: usize = 40;
+    pub const NEXT_SERIAL: usize = 48;
+    pub const TIME_NS: usize = 56;
+    pub const FLAGS: usize = 64;
+    pub const NEXT_NODE_ID: usize = 72;
+    pub const FREE_DATA_BLOCKS: usize = 80;
+    pub const LIVE_INODES: usize = 88;
+    /// The meta files' inodes, `INODE_SIZE` bytes each.
+    pub const IFILE_INODE: usize = 256;
+    pub const BITMAP_INODE: usize = 512;
+    pub const NODEMAP_INODE: usize = 768;
+}
+// The last inode ends where the checksummed part does.
+const _: () = assert!(at::NODEMAP_INODE + INODE_SIZE == CP_SIZE);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -45,37 +68,41 @@ impl Checkpoint {
 
     pub fn encode(&self, block_size: u32) -> Vec<u8> {
         let mut b = vec![0u8; block_size as usize];
-        b[0..8].copy_from_slice(CP_MAGIC);
-        put_u32(&mut b, 8, FORMAT_VERSION);
-        put_u64(&mut b, 16, self.serial);
-        put_u64(&mut b, 24, self.uuid_tag);
-        put_u64(&mut b, 32, self.log_head);
-        put_u64(&mut b, 40, self.next_segment);
-        put_u64(&mut b, 48, self.next_serial);
-        put_u64(&mut b, 56, self.time_ns);
-        put_u32(&mut b, 64, self.flags);
-        put_u64(&mut b, 72, self.next_node_id);
-        put_u64(&mut b, 80, self.free_data_blocks);
-        put_u64(&mut b, 88, self.live_inodes);
-        self.ifile.encode_into(&mut b[256..512]);
-        self.bitmap.encode_into(&mut b[512..768]);
-        self.nodemap.encode_into(&mut b[768..1024]);
-        seal_crc(&mut b[..CP_SIZE], CRC_OFF);
+        b[at::MAGIC..at::MAGIC + CP_MAGIC.len()].copy_from_slice(CP_MAGIC);
+        put_u32(&mut b, at::VERSION, FORMAT_VERSION);
+        put_u64(&mut b, at::SERIAL, self.serial);
+        put_u64(&mut b, at::UUID_TAG, self.uuid_tag);
+        put_u64(&mut b, at::LOG_HEAD, self.log_head);
+        put_u64(&mut b, at::NEXT_SEGMENT, self.next_segment);
+        put_u64(&mut b, at::NEXT_SERIAL, self.next_serial);
+        put_u64(&mut b, at::TIME_NS, self.time_ns);
+        put_u32(&mut b, at::FLAGS, self.flags);
+        put_u64(&mut b, at::NEXT_NODE_ID, self.next_node_id);
+        put_u64(&mut b, at::FREE_DATA_BLOCKS, self.free_data_blocks);
+        put_u64(&mut b, at::LIVE_INODES, self.live_inodes);
+        for (inode, off) in [
+            (&self.ifile, at::IFILE_INODE),
+            (&self.bitmap, at::BITMAP_INODE),
+            (&self.nodemap, at::NODEMAP_INODE),
+        ] {
+            inode.encode_into(&mut b[off..off + INODE_SIZE]);
+        }
+        seal_crc(&mut b[..CP_SIZE], at::CRC);
         b
     }
 
     pub fn decode(b: &[u8], uuid_tag: u64) -> Result<Checkpoint> {
         let bad = |d: String| FsError::corrupt("checkpoint", d);
-        if b.len() < CP_SIZE || &b[0..8] != CP_MAGIC {
+        if b.len() < CP_SIZE || &b[at::MAGIC..at::MAGIC + CP_MAGIC.len()] != CP_MAGIC {
             return Err(bad("no checkpoint (bad magic)".into()));
         }
-        if get_u32(b, 8) != FORMAT_VERSION {
-            return Err(bad(format!("version {}", get_u32(b, 8))));
+        if get_u32(b, at::VERSION) != FORMAT_VERSION {
+            return Err(bad(format!("version {}", get_u32(b, at::VERSION))));
         }
-        if !check_crc(&b[..CP_SIZE], CRC_OFF) {
+        if !check_crc(&b[..CP_SIZE], at::CRC) {
             return Err(bad("CRC mismatch".into()));
         }
-        if get_u64(b, 24) != uuid_tag {
+        if get_u64(b, at::UUID_TAG) != uuid_tag {
             return Err(bad("checkpoint of another file system".into()));
         }
         let meta = |off: usize, id: u64| -> Result<DiskInode> {
@@ -86,19 +113,19 @@ impl Checkpoint {
             Ok(i)
         };
         Ok(Checkpoint {
-            serial: get_u64(b, 16),
-            uuid_tag: get_u64(b, 24),
-            log_head: get_u64(b, 32),
-            next_segment: get_u64(b, 40),
-            next_serial: get_u64(b, 48),
-            time_ns: get_u64(b, 56),
-            flags: get_u32(b, 64),
-            next_node_id: get_u64(b, 72),
-            free_data_blocks: get_u64(b, 80),
-            live_inodes: get_u64(b, 88),
-            ifile: meta(256, IFILE_ID)?,
-            bitmap: meta(512, BITMAP_ID)?,
-            nodemap: meta(768, NODEMAP_ID)?,
+            serial: get_u64(b, at::SERIAL),
+            uuid_tag: get_u64(b, at::UUID_TAG),
+            log_head: get_u64(b, at::LOG_HEAD),
+            next_segment: get_u64(b, at::NEXT_SEGMENT),
+            next_serial: get_u64(b, at::NEXT_SERIAL),
+            time_ns: get_u64(b, at::TIME_NS),
+            flags: get_u32(b, at::FLAGS),
+            next_node_id: get_u64(b, at::NEXT_NODE_ID),
+            free_data_blocks: get_u64(b, at::FREE_DATA_BLOCKS),
+            live_inodes: get_u64(b, at::LIVE_INODES),
+            ifile: meta(at::IFILE_INODE, IFILE_ID)?,
+            bitmap: meta(at::BITMAP_INODE, BITMAP_ID)?,
+            nodemap: meta(at::NODEMAP_INODE, NODEMAP_ID)?,
         })
     }
 }
@@ -118,9 +145,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn round_trip() {
-        let c = Checkpoint {
+    fn sample() -> Checkpoint {
+        Checkpoint {
             serial: 7,
             uuid_tag: 42,
             log_head: 300,
@@ -134,7 +160,19 @@ mod tests {
             ifile: meta_inode(IFILE_ID),
             bitmap: meta_inode(BITMAP_ID),
             nodemap: meta_inode(NODEMAP_ID),
-        };
+        }
+    }
+
+    /// The bytes this encoder writes are the format's: pinned, so that no change to the code
+    /// (naming an offset, say) moves a field unnoticed.
+    #[test]
+    fn encoding_is_pinned() {
+        assert_eq!(crc32fast::hash(&sample().encode(4096)), 0x262cb38a);
+    }
+
+    #[test]
+    fn round_trip() {
+        let c = sample();
         let b = c.encode(4096);
         assert_eq!(Checkpoint::decode(&b, 42).unwrap(), c);
         assert!(Checkpoint::decode(&b, 43).is_err());

@@ -19,8 +19,42 @@ pub const IFLAG_XATTRS: u32 = 1 << 31;
 pub const IFLAG_XATTR_BLOCKS: u32 = 1 << 30;
 /// Every `i_flags` bit with a meaning; the checker reports (and fsck clears) the others.
 pub const KNOWN_INODE_FLAGS: u32 = CHATTR_FLAGS | IFLAG_XATTRS | IFLAG_XATTR_BLOCKS;
-const CRC_OFF: usize = 252;
-const INLINE_OFF: usize = 112;
+
+/// Byte offsets of an inode's fields, named as in docs/FORMAT.md "Inode" (`i_nlink` is
+/// `at::NLINK`).
+mod at {
+    pub const INO: usize = 0;
+    pub const GENERATION: usize = 8;
+    pub const MODE: usize = 12;
+    pub const UID: usize = 16;
+    pub const GID: usize = 20;
+    pub const NLINK: usize = 24;
+    pub const FLAGS: usize = 28;
+    pub const SIZE: usize = 32;
+    pub const BLOCKS: usize = 40;
+    /// Times: seconds (i64) then nanoseconds (u32), 12 bytes each.
+    pub const ATIME: usize = 48;
+    pub const MTIME: usize = 60;
+    pub const CTIME: usize = 72;
+    pub const CRTIME: usize = 84;
+    pub const PARENT: usize = 96;
+    pub const RDEV: usize = 104;
+    pub const GROUP: usize = 108;
+    /// `NDIRECT` u64s; an inline symlink target is stored here instead (`INLINE`).
+    pub const DIRECT: usize = 112;
+    pub const INLINE: usize = DIRECT;
+    /// Single, double and triple indirect: 3 u64s.
+    pub const INDIRECT: usize = 208;
+    pub const META_BLOCKS: usize = 232;
+    pub const CRC: usize = 252;
+}
+const _: () = assert!(
+    at::DIRECT + 8 * NDIRECT == at::INDIRECT
+        && at::INLINE + INLINE_SYMLINK_MAX <= at::META_BLOCKS
+        && at::CRC + 4 == INODE_SIZE
+);
+/// `ib_count` of an `INODES` block (u16): right after the block header, in slot 0.
+const IB_COUNT: usize = HEADER_SIZE;
 
 /// Seconds and nanoseconds, as stored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -78,22 +112,22 @@ impl DiskInode {
         assert!(self.ino != 0, "encoding inode number 0");
         crate::lockcheck::count_inode_encode();
         b.fill(0);
-        put_u64(b, 0, self.ino);
-        put_u32(b, 8, self.generation);
-        put_u32(b, 12, self.mode);
-        put_u32(b, 16, self.uid);
-        put_u32(b, 20, self.gid);
-        put_u32(b, 24, self.nlink);
-        put_u32(b, 28, self.flags);
-        put_u64(b, 32, self.size);
-        put_u64(b, 40, self.blocks);
-        put_time(b, 48, self.atime);
-        put_time(b, 60, self.mtime);
-        put_time(b, 72, self.ctime);
-        put_time(b, 84, self.crtime);
-        put_u64(b, 96, self.parent);
-        put_u32(b, 104, self.rdev);
-        put_u32(b, 108, self.group);
+        put_u64(b, at::INO, self.ino);
+        put_u32(b, at::GENERATION, self.generation);
+        put_u32(b, at::MODE, self.mode);
+        put_u32(b, at::UID, self.uid);
+        put_u32(b, at::GID, self.gid);
+        put_u32(b, at::NLINK, self.nlink);
+        put_u32(b, at::FLAGS, self.flags);
+        put_u64(b, at::SIZE, self.size);
+        put_u64(b, at::BLOCKS, self.blocks);
+        put_time(b, at::ATIME, self.atime);
+        put_time(b, at::MTIME, self.mtime);
+        put_time(b, at::CTIME, self.ctime);
+        put_time(b, at::CRTIME, self.crtime);
+        put_u64(b, at::PARENT, self.parent);
+        put_u32(b, at::RDEV, self.rdev);
+        put_u32(b, at::GROUP, self.group);
         match &self.inline {
             Some(t) => {
                 assert!(
@@ -101,19 +135,19 @@ impl DiskInode {
                         && t.len() <= INLINE_SYMLINK_MAX
                         && t.len() as u64 == self.size
                 );
-                b[INLINE_OFF..INLINE_OFF + t.len()].copy_from_slice(t);
+                b[at::INLINE..at::INLINE + t.len()].copy_from_slice(t);
             }
             None => {
                 for (i, p) in self.direct.iter().enumerate() {
-                    put_u64(b, 112 + 8 * i, *p);
+                    put_u64(b, at::DIRECT + 8 * i, *p);
                 }
                 for (i, p) in self.indirect.iter().enumerate() {
-                    put_u64(b, 208 + 8 * i, *p);
+                    put_u64(b, at::INDIRECT + 8 * i, *p);
                 }
             }
         }
-        put_u64(b, 232, self.meta_blocks);
-        seal_crc(b, CRC_OFF);
+        put_u64(b, at::META_BLOCKS, self.meta_blocks);
+        seal_crc(b, at::CRC);
     }
 
     pub fn encode(&self) -> [u8; INODE_SIZE] {
@@ -130,14 +164,14 @@ impl DiskInode {
                 format!("slot of {} bytes", b.len()),
             ));
         }
-        if !check_crc(b, CRC_OFF) {
+        if !check_crc(b, at::CRC) {
             return Err(FsError::corrupt("inode", "CRC mismatch"));
         }
-        let ino = get_u64(b, 0);
+        let ino = get_u64(b, at::INO);
         if ino == 0 {
             return Err(FsError::corrupt("inode", "inode number 0"));
         }
-        let mode = get_u32(b, 12);
+        let mode = get_u32(b, at::MODE);
         let fmt = mode & libc::S_IFMT;
         let known = [
             libc::S_IFREG,
@@ -154,29 +188,29 @@ impl DiskInode {
                 format!("inode {ino}: bad mode {mode:#o}"),
             ));
         }
-        let size = get_u64(b, 32);
+        let size = get_u64(b, at::SIZE);
         let mut ino_rec = DiskInode {
             ino,
-            generation: get_u32(b, 8),
+            generation: get_u32(b, at::GENERATION),
             mode,
-            uid: get_u32(b, 16),
-            gid: get_u32(b, 20),
-            nlink: get_u32(b, 24),
-            flags: get_u32(b, 28),
+            uid: get_u32(b, at::UID),
+            gid: get_u32(b, at::GID),
+            nlink: get_u32(b, at::NLINK),
+            flags: get_u32(b, at::FLAGS),
             size,
-            blocks: get_u64(b, 40),
-            atime: get_time(b, 48),
-            mtime: get_time(b, 60),
-            ctime: get_time(b, 72),
-            crtime: get_time(b, 84),
-            parent: get_u64(b, 96),
-            rdev: get_u32(b, 104),
-            group: get_u32(b, 108),
-            meta_blocks: get_u64(b, 232),
+            blocks: get_u64(b, at::BLOCKS),
+            atime: get_time(b, at::ATIME),
+            mtime: get_time(b, at::MTIME),
+            ctime: get_time(b, at::CTIME),
+            crtime: get_time(b, at::CRTIME),
+            parent: get_u64(b, at::PARENT),
+            rdev: get_u32(b, at::RDEV),
+            group: get_u32(b, at::GROUP),
+            meta_blocks: get_u64(b, at::META_BLOCKS),
             ..Default::default()
         };
         if fmt == libc::S_IFLNK && size as usize <= INLINE_SYMLINK_MAX {
-            ino_rec.inline = Some(b[INLINE_OFF..INLINE_OFF + size as usize].to_vec());
+            ino_rec.inline = Some(b[at::INLINE..at::INLINE + size as usize].to_vec());
         } else {
             if fmt == libc::S_IFLNK && size as usize > SYMLINK_MAX {
                 return Err(FsError::corrupt(
@@ -185,10 +219,10 @@ impl DiskInode {
                 ));
             }
             for i in 0..NDIRECT {
-                ino_rec.direct[i] = get_u64(b, 112 + 8 * i);
+                ino_rec.direct[i] = get_u64(b, at::DIRECT + 8 * i);
             }
             for i in 0..3 {
-                ino_rec.indirect[i] = get_u64(b, 208 + 8 * i);
+                ino_rec.indirect[i] = get_u64(b, at::INDIRECT + 8 * i);
             }
         }
         Ok(ino_rec)
@@ -205,7 +239,7 @@ pub fn encode_inode_block(block_size: u32, slots: &[[u8; INODE_SIZE]]) -> Vec<u8
     assert!(!slots.is_empty() && slots.len() <= inodes_per_block(block_size));
     let mut b = vec![0u8; block_size as usize];
     BlockHeader::new(BlockKind::Inodes, 0, 0, 0).write(&mut b);
-    put_u16(&mut b, 32, slots.len() as u16);
+    put_u16(&mut b, IB_COUNT, slots.len() as u16);
     for (i, s) in slots.iter().enumerate() {
         let off = INODE_SIZE * (i + 1);
         b[off..off + INODE_SIZE].copy_from_slice(s);
@@ -217,7 +251,7 @@ pub fn encode_inode_block(block_size: u32, slots: &[[u8; INODE_SIZE]]) -> Vec<u8
 /// Check an `INODES` block and return how many slots it uses.
 pub fn check_inode_block(b: &[u8]) -> Result<usize> {
     BlockHeader::expect(b, BlockHeader::new(BlockKind::Inodes, 0, 0, 0))?;
-    let n = get_u16(b, 32) as usize;
+    let n = get_u16(b, IB_COUNT) as usize;
     if n == 0 || n > inodes_per_block(b.len() as u32) {
         return Err(FsError::corrupt("inode block", format!("{n} inodes")));
     }
@@ -259,6 +293,22 @@ mod tests {
             meta_blocks: 2,
             ..Default::default()
         }
+    }
+
+    /// The bytes this encoder writes are the format's: pinned, so that no change to the code
+    /// (naming an offset, say) moves a field unnoticed.
+    #[test]
+    fn encoding_is_pinned() {
+        let symlink = DiskInode {
+            ino: 9,
+            mode: libc::S_IFLNK | 0o777,
+            size: 5,
+            nlink: 1,
+            inline: Some(b"a/b/c".to_vec()),
+            ..Default::default()
+        };
+        let block = encode_inode_block(4096, &[sample(42).encode(), symlink.encode()]);
+        assert_eq!(crc32fast::hash(&block), 0xd1042903);
     }
 
     #[test]

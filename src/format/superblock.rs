@@ -4,12 +4,45 @@ use super::*;
 use crate::{FsError, Result};
 
 pub const SB_MAGIC: &[u8; 8] = b"DUALFSSB";
-const CRC_OFF: usize = 12;
 /// The superblock is the first 4096 bytes of its block.
 pub const SB_SIZE: usize = 4096;
 pub const MAX_SB_COPIES: usize = 8;
 pub const MAX_DATA_PATH: usize = 1024;
 pub const LABEL_LEN: usize = 32;
+
+/// Byte offsets of the superblock's fields, named as in docs/FORMAT.md "Superblock"
+/// (`sb_role` is `at::ROLE`): the encoder, the decoder and the device probe read them here.
+pub mod at {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const CRC: usize = 12;
+    pub const UUID: usize = 16;
+    pub const ROLE: usize = 32;
+    pub const BLOCK_SIZE: usize = 36;
+    pub const META_BLOCKS: usize = 40;
+    pub const DATA_BLOCKS: usize = 48;
+    pub const SEGMENT_BLOCKS: usize = 56;
+    pub const BLOCKS_PER_GROUP: usize = 60;
+    pub const SEGMENTS: usize = 64;
+    pub const GROUPS: usize = 72;
+    pub const HASH_SEED: usize = 80;
+    pub const CREATED: usize = 88;
+    pub const INODE_SIZE: usize = 96;
+    pub const FEATURES: usize = 100;
+    pub const LABEL: usize = 104;
+    pub const COPIES: usize = 136;
+    /// `MAX_SB_COPIES` u64s.
+    pub const COPY_SEGMENTS: usize = 144;
+    pub const DATA_PATH_LEN: usize = 208;
+    /// Up to `MAX_DATA_PATH` bytes.
+    pub const DATA_PATH: usize = 210;
+}
+// The fields follow each other without overlap and end inside the superblock.
+const _: () = assert!(
+    at::LABEL + LABEL_LEN <= at::COPIES
+        && at::COPY_SEGMENTS + 8 * MAX_SB_COPIES <= at::DATA_PATH_LEN
+        && at::DATA_PATH + MAX_DATA_PATH <= SB_SIZE
+);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -45,29 +78,29 @@ impl Superblock {
         assert!(self.data_path.len() <= MAX_DATA_PATH);
         assert!(self.label.len() <= LABEL_LEN);
         let mut b = vec![0u8; SB_SIZE];
-        b[0..8].copy_from_slice(SB_MAGIC);
-        put_u32(&mut b, 8, FORMAT_VERSION);
-        b[16..32].copy_from_slice(&self.uuid);
-        put_u32(&mut b, 32, self.role as u32);
-        put_u32(&mut b, 36, self.block_size);
-        put_u64(&mut b, 40, self.meta_blocks);
-        put_u64(&mut b, 48, self.data_blocks);
-        put_u32(&mut b, 56, self.segment_blocks);
-        put_u32(&mut b, 60, self.blocks_per_group);
-        put_u64(&mut b, 64, self.segments);
-        put_u64(&mut b, 72, self.groups);
-        put_u64(&mut b, 80, self.hash_seed);
-        put_u64(&mut b, 88, self.created);
-        put_u32(&mut b, 96, INODE_SIZE as u32);
-        put_u32(&mut b, 100, 0);
-        b[104..104 + self.label.len()].copy_from_slice(self.label.as_bytes());
-        put_u32(&mut b, 136, self.copy_segments.len() as u32);
+        b[at::MAGIC..at::MAGIC + SB_MAGIC.len()].copy_from_slice(SB_MAGIC);
+        put_u32(&mut b, at::VERSION, FORMAT_VERSION);
+        b[at::UUID..at::UUID + 16].copy_from_slice(&self.uuid);
+        put_u32(&mut b, at::ROLE, self.role as u32);
+        put_u32(&mut b, at::BLOCK_SIZE, self.block_size);
+        put_u64(&mut b, at::META_BLOCKS, self.meta_blocks);
+        put_u64(&mut b, at::DATA_BLOCKS, self.data_blocks);
+        put_u32(&mut b, at::SEGMENT_BLOCKS, self.segment_blocks);
+        put_u32(&mut b, at::BLOCKS_PER_GROUP, self.blocks_per_group);
+        put_u64(&mut b, at::SEGMENTS, self.segments);
+        put_u64(&mut b, at::GROUPS, self.groups);
+        put_u64(&mut b, at::HASH_SEED, self.hash_seed);
+        put_u64(&mut b, at::CREATED, self.created);
+        put_u32(&mut b, at::INODE_SIZE, INODE_SIZE as u32);
+        put_u32(&mut b, at::FEATURES, 0);
+        b[at::LABEL..at::LABEL + self.label.len()].copy_from_slice(self.label.as_bytes());
+        put_u32(&mut b, at::COPIES, self.copy_segments.len() as u32);
         for (i, s) in self.copy_segments.iter().enumerate() {
-            put_u64(&mut b, 144 + 8 * i, *s);
+            put_u64(&mut b, at::COPY_SEGMENTS + 8 * i, *s);
         }
-        put_u16(&mut b, 208, self.data_path.len() as u16);
-        b[210..210 + self.data_path.len()].copy_from_slice(&self.data_path);
-        seal_crc(&mut b, CRC_OFF);
+        put_u16(&mut b, at::DATA_PATH_LEN, self.data_path.len() as u16);
+        b[at::DATA_PATH..at::DATA_PATH + self.data_path.len()].copy_from_slice(&self.data_path);
+        seal_crc(&mut b, at::CRC);
         b
     }
 
@@ -79,32 +112,32 @@ impl Superblock {
             return Err(bad(format!("short read of {} bytes", buf.len())));
         }
         let b = &buf[..SB_SIZE];
-        if &b[0..8] != SB_MAGIC {
+        if &b[at::MAGIC..at::MAGIC + SB_MAGIC.len()] != SB_MAGIC {
             return Err(bad("not a DualFS device (no DualFS superblock)".into()));
         }
-        let version = get_u32(b, 8);
+        let version = get_u32(b, at::VERSION);
         if version != FORMAT_VERSION {
             return Err(bad(version_refusal(version)));
         }
-        if !check_crc(b, CRC_OFF) {
+        if !check_crc(b, at::CRC) {
             return Err(bad("damaged DualFS superblock (checksum mismatch)".into()));
         }
-        let role = match get_u32(b, 32) {
+        let role = match get_u32(b, at::ROLE) {
             1 => Role::Meta,
             2 => Role::Data,
             r => return Err(bad(format!("unknown device role {r}"))),
         };
-        let block_size = get_u32(b, 36);
+        let block_size = get_u32(b, at::BLOCK_SIZE);
         if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
         {
             return Err(bad(format!("block size {block_size}")));
         }
-        let segment_blocks = get_u32(b, 56);
-        let blocks_per_group = get_u32(b, 60);
-        let meta_blocks = get_u64(b, 40);
-        let data_blocks = get_u64(b, 48);
-        let segments = get_u64(b, 64);
-        let groups = get_u64(b, 72);
+        let segment_blocks = get_u32(b, at::SEGMENT_BLOCKS);
+        let blocks_per_group = get_u32(b, at::BLOCKS_PER_GROUP);
+        let meta_blocks = get_u64(b, at::META_BLOCKS);
+        let data_blocks = get_u64(b, at::DATA_BLOCKS);
+        let segments = get_u64(b, at::SEGMENTS);
+        let groups = get_u64(b, at::GROUPS);
         if segment_blocks < MIN_SEGMENT_BLOCKS
             || segments < 2
             || segments != meta_blocks / segment_blocks as u64
@@ -133,13 +166,16 @@ impl Superblock {
                 "{groups} groups, more than the {meta_blocks} blocks of the log"
             )));
         }
-        if get_u32(b, 96) as usize != INODE_SIZE {
-            return Err(bad(format!("inode size {}", get_u32(b, 96))));
+        if get_u32(b, at::INODE_SIZE) as usize != INODE_SIZE {
+            return Err(bad(format!("inode size {}", get_u32(b, at::INODE_SIZE))));
         }
-        if get_u32(b, 100) != 0 {
-            return Err(bad(format!("unknown features {:#x}", get_u32(b, 100))));
+        if get_u32(b, at::FEATURES) != 0 {
+            return Err(bad(format!(
+                "unknown features {:#x}",
+                get_u32(b, at::FEATURES)
+            )));
         }
-        let label_bytes = &b[104..104 + LABEL_LEN];
+        let label_bytes = &b[at::LABEL..at::LABEL + LABEL_LEN];
         let label_end = label_bytes
             .iter()
             .position(|&c| c == 0)
@@ -151,20 +187,22 @@ impl Superblock {
         while label.len() > LABEL_LEN {
             label.pop();
         }
-        let ncopies = get_u32(b, 136) as usize;
+        let ncopies = get_u32(b, at::COPIES) as usize;
         if ncopies > MAX_SB_COPIES {
             return Err(bad(format!("{ncopies} superblock copies")));
         }
-        let copy_segments: Vec<u64> = (0..ncopies).map(|i| get_u64(b, 144 + 8 * i)).collect();
+        let copy_segments: Vec<u64> = (0..ncopies)
+            .map(|i| get_u64(b, at::COPY_SEGMENTS + 8 * i))
+            .collect();
         if copy_segments.iter().any(|&s| s == 0 || s >= segments) {
             return Err(bad("superblock copy outside the log".into()));
         }
-        let path_len = get_u16(b, 208) as usize;
+        let path_len = get_u16(b, at::DATA_PATH_LEN) as usize;
         if path_len > MAX_DATA_PATH {
             return Err(bad(format!("data path length {path_len}")));
         }
         let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(&b[16..32]);
+        uuid.copy_from_slice(&b[at::UUID..at::UUID + 16]);
         Ok(Superblock {
             uuid,
             role,
@@ -175,11 +213,11 @@ impl Superblock {
             blocks_per_group,
             segments,
             groups,
-            hash_seed: get_u64(b, 80),
-            created: get_u64(b, 88),
+            hash_seed: get_u64(b, at::HASH_SEED),
+            created: get_u64(b, at::CREATED),
             label,
             copy_segments,
-            data_path: b[210..210 + path_len].to_vec(),
+            data_path: b[at::DATA_PATH..at::DATA_PATH + path_len].to_vec(),
         })
     }
 
@@ -290,6 +328,13 @@ mod tests {
         assert!(Superblock::decode(&b[..100]).is_err());
     }
 
+    /// The bytes this encoder writes are the format's: pinned, so that no change to the code
+    /// (naming an offset, say) moves a field unnoticed.
+    #[test]
+    fn encoding_is_pinned() {
+        assert_eq!(crc32fast::hash(&sample().encode()), 0x497931e0);
+    }
+
     #[test]
     fn copies_on_small_logs() {
         assert_eq!(Superblock::copy_locations(4), vec![1, 2, 3]);
@@ -302,8 +347,8 @@ mod tests {
     #[test]
     fn label_that_is_not_utf8_encodes_again() {
         let mut b = sample().encode();
-        b[104..104 + LABEL_LEN].fill(0xff);
-        seal_crc(&mut b[..SB_SIZE], CRC_OFF);
+        b[at::LABEL..at::LABEL + LABEL_LEN].fill(0xff);
+        seal_crc(&mut b[..SB_SIZE], at::CRC);
         let sb = Superblock::decode(&b).unwrap();
         assert!(sb.label.len() <= LABEL_LEN);
         let again = Superblock::decode(&sb.encode()).unwrap();

@@ -16,12 +16,13 @@
 //! policy does not allow, and a repair that cannot be done safely is left for a person (the
 //! uncorrectable list).
 
+mod fixes;
 mod namespace;
 mod plan;
 mod session;
 mod superblock;
 
-pub use plan::{FixClass, Policy};
+pub use fixes::{FixClass, Policy};
 
 use super::{run, Options, ProgressFn, Report};
 use crate::device::BlockDevice;

@@ -9,7 +9,8 @@
 //! are: entries naming them or held in them are kept, and they are taken as reachable through,
 //! because nothing can be judged about them).
 
-use super::plan::{FixClass, Planned, SessionFix, NEW_LOST_FOUND};
+use super::fixes::{FixClass, Planned, SessionFix, NEW_LOST_FOUND};
+use crate::check::entry::Entry;
 use crate::check::pass2_inodes::{InodeInfo, Inodes};
 use crate::check::pass6_tree::Namespace;
 use crate::format::kind::FileKind;
@@ -131,31 +132,84 @@ pub fn plan(
                 .into(),
         });
     }
-    let hash = |name: &[u8]| cx.ns.tree.hash(name);
-    let dir_code = FileKind::Directory.code();
-    let mut kept: Kept = BTreeMap::new();
+    let mut planner = Planner {
+        cx,
+        allowed,
+        out,
+        kept: Kept::new(),
+    };
+    planner.judge_entries();
+    if allowed.remove_names {
+        planner.one_name_per_directory();
+    }
+    let made_lost_found = planner.reconnect_unreachable();
+    if allowed.free_orphans {
+        planner.free_orphans();
+    }
+    if allowed.counts {
+        planner.set_counts(made_lost_found);
+    }
+}
 
-    // ---- 1. Entries one by one.
-    let rightly_hashed: HashSet<(u64, &[u8])> = cx
-        .ns
-        .entries
-        .iter()
-        .filter(|e| e.hash == hash(&e.name))
-        .map(|e| (e.dir, e.name.as_slice()))
-        .collect();
-    for e in &cx.ns.entries {
-        let at = || format!("entry '{}' in directory {}", shown(&e.name), e.dir);
-        let remove = |out: &mut Vec<Planned>, class: FixClass, why: String| {
-            out.push(Planned {
-                class,
-                fix: SessionFix::RemoveEntry {
-                    dir: e.dir,
-                    hash: e.hash,
-                    name: e.name.clone(),
-                },
-                message: format!("{}: {why}: removed", at()),
-            });
-        };
+/// What the phases of the namespace plan share: the entries that stay as the plan goes.
+struct Planner<'a, 'c> {
+    cx: &'a Context<'c>,
+    allowed: Allowed,
+    out: &'a mut Vec<Planned>,
+    kept: Kept,
+}
+
+/// Where unreachable inodes go, and what went there.
+struct LostFound {
+    /// Its inode number; `NEW_LOST_FOUND` when it is made.
+    ino: u64,
+    /// Directory 2 exists but nothing names it: it is named /lost+found again.
+    relink: bool,
+    /// (ino, kind code, name) of each inode placed in it.
+    placed: Vec<(u64, u8, Vec<u8>)>,
+}
+
+const LOST_FOUND_NAME: &[u8] = b"lost+found";
+
+impl Planner<'_, '_> {
+    fn hash(&self, name: &[u8]) -> u64 {
+        self.cx.ns.tree.hash(name)
+    }
+
+    fn remove_entry(&mut self, e: &Entry, class: FixClass, why: String) {
+        self.out.push(Planned {
+            class,
+            fix: SessionFix::RemoveEntry {
+                dir: e.dir,
+                hash: e.hash,
+                name: e.name.clone(),
+            },
+            message: format!("{}: {why}: removed", at(e)),
+        });
+    }
+
+    /// Entries one by one: those that cannot stand go, wrong hashes and types are written
+    /// again; the rest are kept.
+    fn judge_entries(&mut self) {
+        let cx = self.cx;
+        let entries = &cx.ns.entries;
+        let rightly_hashed: HashSet<(u64, &[u8])> = entries
+            .iter()
+            .filter(|e| e.hash == cx.ns.tree.hash(&e.name))
+            .map(|e| (e.dir, e.name.as_slice()))
+            .collect();
+        for e in entries {
+            if let Some(kind) = self.judge_entry(e, &rightly_hashed) {
+                self.kept
+                    .entry((e.dir, e.name.clone()))
+                    .or_insert((e.ino, kind));
+            }
+        }
+    }
+
+    /// The kind code `e` is kept with, or None when it is not part of the namespace.
+    fn judge_entry(&mut self, e: &Entry, rightly_hashed: &HashSet<(u64, &[u8])>) -> Option<u8> {
+        let (cx, allowed) = (self.cx, self.allowed);
         let dir_ok = cx.is_dir(e.dir) || cx.opaque(e.dir);
         if !dir_ok {
             if allowed.entries {
@@ -164,89 +218,82 @@ pub fn plan(
                 } else {
                     format!("directory {} does not exist", e.dir)
                 };
-                remove(out, FixClass::Entries, why);
+                self.remove_entry(e, FixClass::Entries, why);
             }
-            continue; // not part of the namespace either way
+            return None; // not part of the namespace either way
         }
         if !cx.valid(e.ino) && !cx.opaque(e.ino) {
             if allowed.entries {
-                remove(
-                    out,
-                    FixClass::Entries,
-                    format!("inode {} is not allocated", e.ino),
-                );
+                let why = format!("inode {} is not allocated", e.ino);
+                self.remove_entry(e, FixClass::Entries, why);
             }
-            continue;
+            return None;
         }
         if e.ino == ROOT_INO && allowed.remove_names {
-            remove(out, FixClass::RemoveNames, "it names the root".into());
-            continue;
+            self.remove_entry(e, FixClass::RemoveNames, "it names the root".into());
+            return None;
         }
         if !legal_name(&e.name) && allowed.remove_names {
-            remove(out, FixClass::RemoveNames, "an illegal name".into());
-            continue;
+            self.remove_entry(e, FixClass::RemoveNames, "an illegal name".into());
+            return None;
         }
         // Wrong hash or wrong type: the entry is written again, right.
         let kind = match cx.kind(e.ino) {
             Some(k) => k.code(),
             None => e.kind, // opaque: nothing to compare with
         };
-        let right_hash = hash(&e.name);
+        let right_hash = self.hash(&e.name);
         if e.hash != right_hash && allowed.entries {
             if rightly_hashed.contains(&(e.dir, e.name.as_slice())) {
-                remove(
-                    out,
-                    FixClass::Entries,
-                    format!(
-                        "its hash {:#x} is wrong and an entry of that name exists",
-                        e.hash
-                    ),
+                let why = format!(
+                    "its hash {:#x} is wrong and an entry of that name exists",
+                    e.hash
                 );
-                continue;
+                self.remove_entry(e, FixClass::Entries, why);
+                return None;
             }
-            remove(
-                out,
-                FixClass::Entries,
-                format!("its hash {:#x} should be {right_hash:#x}", e.hash),
-            );
+            let why = format!("its hash {:#x} should be {right_hash:#x}", e.hash);
+            self.remove_entry(e, FixClass::Entries, why);
             if !legal_name(&e.name) {
-                continue; // cannot be stored again (and removing names is not allowed)
+                return None; // cannot be stored again (and removing names is not allowed)
             }
-            out.push(Planned {
-                class: FixClass::Entries,
-                fix: SessionFix::InsertEntry {
-                    dir: e.dir,
-                    name: e.name.clone(),
-                    ino: e.ino,
-                    kind,
-                },
-                message: format!("{}: stored again under its right hash", at()),
-            });
+            self.insert_entry(
+                e,
+                kind,
+                format!("{}: stored again under its right hash", at(e)),
+            );
         } else if kind != e.kind && allowed.entries {
-            out.push(Planned {
-                class: FixClass::Entries,
-                fix: SessionFix::InsertEntry {
-                    dir: e.dir,
-                    name: e.name.clone(),
-                    ino: e.ino,
-                    kind,
-                },
-                message: format!(
-                    "{}: says inode {} is a {}; it is a {}: corrected",
-                    at(),
-                    e.ino,
-                    kind_name(e.kind),
-                    kind_name(kind)
-                ),
-            });
+            let message = format!(
+                "{}: says inode {} is a {}; it is a {}: corrected",
+                at(e),
+                e.ino,
+                kind_name(e.kind),
+                kind_name(kind)
+            );
+            self.insert_entry(e, kind, message);
         }
-        kept.entry((e.dir, e.name.clone())).or_insert((e.ino, kind));
+        Some(kind)
     }
 
-    // ---- 2. A directory has one name: the one in its '..' directory, else the first.
-    if allowed.remove_names {
+    /// `e` written again with type `kind` (under its right hash).
+    fn insert_entry(&mut self, e: &Entry, kind: u8, message: String) {
+        self.out.push(Planned {
+            class: FixClass::Entries,
+            fix: SessionFix::InsertEntry {
+                dir: e.dir,
+                name: e.name.clone(),
+                ino: e.ino,
+                kind,
+            },
+            message,
+        });
+    }
+
+    /// A directory has one name: the one in its '..' directory, else the first.
+    fn one_name_per_directory(&mut self) {
+        let cx = self.cx;
         let mut names_of_dir: BTreeMap<u64, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
-        for ((dir, name), &(ino, _)) in &kept {
+        for ((dir, name), &(ino, _)) in &self.kept {
             if cx.is_dir(ino) && ino != ROOT_INO {
                 names_of_dir
                     .entry(ino)
@@ -264,12 +311,13 @@ pub fn plan(
                 if k == keep {
                     continue;
                 }
-                kept.remove(&(dir, name.clone()));
-                out.push(Planned {
+                self.kept.remove(&(dir, name.clone()));
+                let hash = self.hash(&name);
+                self.out.push(Planned {
                     class: FixClass::RemoveNames,
                     fix: SessionFix::RemoveEntry {
                         dir,
-                        hash: hash(&name),
+                        hash,
                         name: name.clone(),
                     },
                     message: format!(
@@ -282,44 +330,88 @@ pub fn plan(
         }
     }
 
-    // ---- 3. Reachability, and reconnecting what cannot be reached.
-    let holders = |kept: &Kept| -> HashMap<u64, Vec<(u64, Vec<u8>)>> {
-        let mut h: HashMap<u64, Vec<(u64, Vec<u8>)>> = HashMap::new();
-        for ((dir, name), &(ino, _)) in kept {
-            h.entry(ino).or_default().push((*dir, name.clone()));
+    /// Reachability: what cannot be reached from the root goes to lost+found (made or named
+    /// again if need be), or is freed when it is an empty file. True when a new lost+found
+    /// is made.
+    fn reconnect_unreachable(&mut self) -> bool {
+        let mut lf = self.choose_lost_found();
+        let mut frees = Vec::new();
+        if self.allowed.reconnect {
+            let reached = self.reconnect_directories(&mut lf);
+            frees = self.reconnect_files(&mut lf, &reached);
         }
-        h
-    };
-    // Where reconnected inodes go: the existing /lost+found, directory 2 named again, or a
-    // new directory (made only if something is reconnected).
-    let reached0 = reach(cx, &kept, &[ROOT_INO]);
-    let lf_name = b"lost+found".to_vec();
-    let (lf, relink) = match kept.get(&(ROOT_INO, lf_name.clone())) {
-        Some(&(ino, _)) if cx.is_dir(ino) => (ino, false),
-        Some(_) => (NEW_LOST_FOUND, false),
-        None if cx.is_dir(LOST_FOUND_INO)
-            && !reached0.contains(&LOST_FOUND_INO)
-            && !holders(&kept).contains_key(&LOST_FOUND_INO)
-            && allowed.reconnect =>
-        {
-            (LOST_FOUND_INO, true)
+        let made = self.name_lost_found(&lf);
+        let lf_shown = made.as_deref().map_or("lost+found".into(), shown);
+        for (ino, kind, name) in lf.placed {
+            self.out.push(Planned {
+                class: FixClass::Reconnect,
+                fix: SessionFix::InsertEntry {
+                    dir: lf.ino,
+                    name: name.clone(),
+                    ino,
+                    kind,
+                },
+                message: format!(
+                    "inode {ino} ({}) cannot be reached from the root: reconnected as \
+                     /{lf_shown}/{}",
+                    kind_name(kind),
+                    shown(&name)
+                ),
+            });
         }
-        None => (NEW_LOST_FOUND, false),
-    };
-    let mut reached = reach(cx, &kept, &[ROOT_INO, lf]);
-    let mut reconnected: Vec<(u64, u8, Vec<u8>)> = Vec::new();
-    let mut frees: Vec<u64> = Vec::new();
-    let mut place = |kept: &mut Kept, ino: u64, kind: u8| {
+        for ino in frees {
+            self.out.push(Planned {
+                class: FixClass::FreeEmpty,
+                fix: SessionFix::FreeInode { ino },
+                message: format!(
+                    "inode {ino} (an empty regular file) cannot be reached from the root: freed"
+                ),
+            });
+        }
+        made.is_some()
+    }
+
+    /// Where reconnected inodes go: the existing /lost+found, directory 2 named again, or a
+    /// new directory (made only if something is reconnected).
+    fn choose_lost_found(&self) -> LostFound {
+        let (cx, kept) = (self.cx, &self.kept);
+        let reached = reach(cx, kept, &[ROOT_INO]);
+        let (ino, relink) = match kept.get(&(ROOT_INO, LOST_FOUND_NAME.to_vec())) {
+            Some(&(ino, _)) if cx.is_dir(ino) => (ino, false),
+            Some(_) => (NEW_LOST_FOUND, false),
+            None if cx.is_dir(LOST_FOUND_INO)
+                && !reached.contains(&LOST_FOUND_INO)
+                && !holders(kept).contains_key(&LOST_FOUND_INO)
+                && self.allowed.reconnect =>
+            {
+                (LOST_FOUND_INO, true)
+            }
+            None => (NEW_LOST_FOUND, false),
+        };
+        LostFound {
+            ino,
+            relink,
+            placed: Vec::new(),
+        }
+    }
+
+    /// Place `ino` in lost+found as `#<ino>` (or `#<ino>.<n>` if that is taken).
+    fn place(&mut self, lf: &mut LostFound, ino: u64, kind: u8) {
         let mut name = format!("#{ino}").into_bytes();
         let mut n = 1;
-        while kept.contains_key(&(lf, name.clone())) {
+        while self.kept.contains_key(&(lf.ino, name.clone())) {
             name = format!("#{ino}.{n}").into_bytes();
             n += 1;
         }
-        kept.insert((lf, name.clone()), (ino, kind));
-        reconnected.push((ino, kind, name));
-    };
-    if allowed.reconnect {
+        self.kept.insert((lf.ino, name.clone()), (ino, kind));
+        lf.placed.push((ino, kind, name));
+    }
+
+    /// Each unreachable directory tree is reconnected at its top (a loop of directories is
+    /// cut first). Returns what is reachable afterwards, from the root and lost+found.
+    fn reconnect_directories(&mut self, lf: &mut LostFound) -> HashSet<u64> {
+        let cx = self.cx;
+        let mut reached = reach(cx, &self.kept, &[ROOT_INO, lf.ino]);
         let unreachable_dirs: Vec<u64> = cx
             .inodes
             .good
@@ -333,51 +425,66 @@ pub fn plan(
             if reached.contains(&d) {
                 continue;
             }
-            // Climb the names up to a directory that has none, or around a loop.
-            let h = holders(&kept);
-            let mut cur = d;
-            let mut seen = HashSet::from([d]);
-            let cut = loop {
-                match h.get(&cur).and_then(|v| v.first()) {
-                    None => break None,
-                    Some((dir, name)) => {
-                        if !cx.is_dir(*dir) {
-                            break Some(None); // under an unreadable directory: left alone
-                        }
-                        if !seen.insert(*dir) {
-                            break Some(Some((*dir, name.clone())));
-                        }
-                        cur = *dir;
-                    }
-                }
+            let Some(top) = self.top_of_unreachable(d) else {
+                continue; // under an unreadable directory: left alone
             };
-            let top = cur;
-            match cut {
-                Some(None) => continue,
-                Some(Some((dir, name))) => {
-                    kept.remove(&(dir, name.clone()));
-                    out.push(Planned {
-                        class: FixClass::Reconnect,
-                        fix: SessionFix::RemoveEntry {
-                            dir,
-                            hash: hash(&name),
-                            name: name.clone(),
-                        },
-                        message: format!(
-                            "entry '{}' in directory {dir} names directory {top}, on a loop of \
-                             directories cut off from the root: removed",
-                            shown(&name)
-                        ),
-                    });
-                }
-                None => {}
+            if !(lf.relink && top == lf.ino) {
+                self.place(lf, top, FileKind::Directory.code());
             }
-            if !(relink && top == lf) {
-                place(&mut kept, top, dir_code);
-            }
-            reached = reach(cx, &kept, &[ROOT_INO, lf]);
+            reached = reach(cx, &self.kept, &[ROOT_INO, lf.ino]);
         }
-        let h = holders(&kept);
+        reached
+    }
+
+    /// Climb the names of unreachable directory `d` up to a directory that has none, or
+    /// around a loop (whose closing entry is removed): the directory to reconnect. None when
+    /// the climb reaches an unreadable directory.
+    fn top_of_unreachable(&mut self, d: u64) -> Option<u64> {
+        let cx = self.cx;
+        let h = holders(&self.kept);
+        let mut cur = d;
+        let mut seen = HashSet::from([d]);
+        let cut = loop {
+            match h.get(&cur).and_then(|v| v.first()) {
+                None => break None,
+                Some((dir, name)) => {
+                    if !cx.is_dir(*dir) {
+                        return None;
+                    }
+                    if !seen.insert(*dir) {
+                        break Some((*dir, name.clone()));
+                    }
+                    cur = *dir;
+                }
+            }
+        };
+        let top = cur;
+        if let Some((dir, name)) = cut {
+            self.kept.remove(&(dir, name.clone()));
+            let hash = self.hash(&name);
+            self.out.push(Planned {
+                class: FixClass::Reconnect,
+                fix: SessionFix::RemoveEntry {
+                    dir,
+                    hash,
+                    name: name.clone(),
+                },
+                message: format!(
+                    "entry '{}' in directory {dir} names directory {top}, on a loop of \
+                     directories cut off from the root: removed",
+                    shown(&name)
+                ),
+            });
+        }
+        Some(top)
+    }
+
+    /// Unreachable files nothing names go to lost+found; empty regular files are freed
+    /// instead (when allowed): returned.
+    fn reconnect_files(&mut self, lf: &mut LostFound, reached: &HashSet<u64>) -> Vec<u64> {
+        let cx = self.cx;
+        let mut frees = Vec::new();
+        let h = holders(&self.kept);
         for (&ino, info) in &cx.inodes.good {
             if info.is_dir()
                 || !cx.valid(ino)
@@ -393,79 +500,64 @@ pub fn plan(
             // Extended attributes are something the file holds: it goes to lost+found.
             let has_attrs = d.flags & crate::format::inode::IFLAG_XATTRS != 0;
             let empty = kind == FileKind::Regular && d.size == 0 && owns_nothing && !has_attrs;
-            if empty && allowed.free_empty {
+            if empty && self.allowed.free_empty {
                 frees.push(ino);
                 continue;
             }
-            place(&mut kept, ino, kind.code());
+            self.place(lf, ino, kind.code());
         }
+        frees
     }
-    let mut made: Option<Vec<u8>> = None;
-    if relink {
-        kept.insert((ROOT_INO, lf_name.clone()), (LOST_FOUND_INO, dir_code));
-        out.push(Planned {
-            class: FixClass::Reconnect,
-            fix: SessionFix::InsertEntry {
-                dir: ROOT_INO,
-                name: lf_name.clone(),
-                ino: LOST_FOUND_INO,
-                kind: dir_code,
-            },
-            message: "directory 2 (lost+found) cannot be reached from the root: named \
-                      /lost+found again"
-                .into(),
-        });
-    } else if lf == NEW_LOST_FOUND && !reconnected.is_empty() {
-        let mut name = lf_name.clone();
+
+    /// Directory 2 named /lost+found again, or a new lost+found made when something goes
+    /// there: its name if made.
+    fn name_lost_found(&mut self, lf: &LostFound) -> Option<Vec<u8>> {
+        let dir_code = FileKind::Directory.code();
+        if lf.relink {
+            self.kept.insert(
+                (ROOT_INO, LOST_FOUND_NAME.to_vec()),
+                (LOST_FOUND_INO, dir_code),
+            );
+            self.out.push(Planned {
+                class: FixClass::Reconnect,
+                fix: SessionFix::InsertEntry {
+                    dir: ROOT_INO,
+                    name: LOST_FOUND_NAME.to_vec(),
+                    ino: LOST_FOUND_INO,
+                    kind: dir_code,
+                },
+                message: "directory 2 (lost+found) cannot be reached from the root: named \
+                          /lost+found again"
+                    .into(),
+            });
+            return None;
+        }
+        if lf.ino != NEW_LOST_FOUND || lf.placed.is_empty() {
+            return None;
+        }
+        let mut name = LOST_FOUND_NAME.to_vec();
         let mut n = 1;
-        while kept.contains_key(&(ROOT_INO, name.clone())) {
+        while self.kept.contains_key(&(ROOT_INO, name.clone())) {
             name = format!("lost+found.{n}").into_bytes();
             n += 1;
         }
-        out.push(Planned {
+        self.out.push(Planned {
             class: FixClass::Reconnect,
             fix: SessionFix::MakeLostFound { name: name.clone() },
             message: format!("/{} made, to reconnect inodes into", shown(&name)),
         });
-        kept.insert((ROOT_INO, name.clone()), (NEW_LOST_FOUND, dir_code));
-        made = Some(name);
-    }
-    let lf_shown = match (&made, lf) {
-        (Some(n), _) => shown(n),
-        (None, _) => "lost+found".into(),
-    };
-    for (ino, kind, name) in reconnected {
-        out.push(Planned {
-            class: FixClass::Reconnect,
-            fix: SessionFix::InsertEntry {
-                dir: lf,
-                name: name.clone(),
-                ino,
-                kind,
-            },
-            message: format!(
-                "inode {ino} ({}) cannot be reached from the root: reconnected as /{lf_shown}/{}",
-                kind_name(kind),
-                shown(&name)
-            ),
-        });
-    }
-    for ino in frees {
-        out.push(Planned {
-            class: FixClass::FreeEmpty,
-            fix: SessionFix::FreeInode { ino },
-            message: format!(
-                "inode {ino} (an empty regular file) cannot be reached from the root: freed"
-            ),
-        });
+        self.kept
+            .insert((ROOT_INO, name.clone()), (NEW_LOST_FOUND, dir_code));
+        Some(name)
     }
 
-    // Orphans: nothing names them and nobody has them open any more.
-    if allowed.free_orphans {
-        let h = holders(&kept);
+    /// Orphans: nothing names them and nobody has them open any more.
+    fn free_orphans(&mut self) {
+        let cx = self.cx;
+        let h = holders(&self.kept);
         for &ino in cx.inodes.good.keys() {
             if cx.open_unlinked(ino) && !h.contains_key(&ino) && !cx.bad_pointers.contains(&ino) {
-                out.push(Planned {
+                self.out.push(Planned {
                     class: FixClass::FreeOrphans,
                     fix: SessionFix::FreeInode { ino },
                     message: format!(
@@ -476,95 +568,126 @@ pub fn plan(
         }
     }
 
-    // ---- 4. Counts, sizes and '..' from the final entries.
-    if !allowed.counts {
-        return;
-    }
-    let reached = reach(cx, &kept, &[ROOT_INO]);
-    let mut names: HashMap<u64, Vec<u64>> = HashMap::new();
-    let mut entries_in: HashMap<u64, u64> = HashMap::new();
-    let mut subdirs_in: HashMap<u64, u64> = HashMap::new();
-    for ((dir, _), &(ino, kind)) in &kept {
-        names.entry(ino).or_default().push(*dir);
-        *entries_in.entry(*dir).or_default() += 1;
-        if goes_into(cx, ino, kind) {
-            *subdirs_in.entry(*dir).or_default() += 1;
+    /// Link counts, sizes and '..' from the final entries (`made_lost_found`: a new
+    /// lost+found is among them).
+    fn set_counts(&mut self, made_lost_found: bool) {
+        let cx = self.cx;
+        let reached = reach(cx, &self.kept, &[ROOT_INO]);
+        let mut names: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut entries_in: HashMap<u64, u64> = HashMap::new();
+        let mut subdirs_in: HashMap<u64, u64> = HashMap::new();
+        for ((dir, _), &(ino, kind)) in &self.kept {
+            names.entry(ino).or_default().push(*dir);
+            *entries_in.entry(*dir).or_default() += 1;
+            if goes_into(cx, ino, kind) {
+                *subdirs_in.entry(*dir).or_default() += 1;
+            }
+        }
+        let mut inos: Vec<u64> = cx
+            .inodes
+            .good
+            .keys()
+            .copied()
+            .filter(|&i| cx.valid(i) && cx.info(i).is_some())
+            .collect();
+        if cx.new_root {
+            inos.insert(0, ROOT_INO);
+        }
+        if made_lost_found {
+            inos.push(NEW_LOST_FOUND);
+        }
+        let no_names = Vec::new();
+        for ino in inos {
+            let named_in = names.get(&ino).unwrap_or(&no_names);
+            // Open-unlinked, freed, or left unreachable: not the namespace's to count.
+            if (named_in.is_empty() && ino != ROOT_INO) || !reached.contains(&ino) {
+                continue;
+            }
+            let subdirs = subdirs_in.get(&ino).copied().unwrap_or(0);
+            let entries = entries_in.get(&ino).copied().unwrap_or(0);
+            if let Some(fix) = count_fix(cx, ino, named_in, subdirs, entries) {
+                self.out.push(fix);
+            }
         }
     }
-    let mut inos: Vec<u64> = cx
-        .inodes
-        .good
-        .keys()
-        .copied()
-        .filter(|&i| cx.valid(i) && cx.info(i).is_some())
-        .collect();
-    if cx.new_root {
-        inos.insert(0, ROOT_INO);
-    }
-    if made.is_some() {
-        inos.push(NEW_LOST_FOUND);
-    }
-    let no_names = Vec::new();
-    for ino in inos {
-        let holders = names.get(&ino).unwrap_or(&no_names);
-        let (is_dir, d_nlink, d_size, d_parent) = match cx.info(ino) {
-            Some(i) => (i.is_dir(), i.disk.nlink, i.disk.size, i.disk.parent),
-            None => (true, 2, 0, ROOT_INO), // a new root or lost+found, as made
+}
+
+/// The fix that sets `ino`'s link count, size and '..' to what its `holders` (the
+/// directories naming it) and, for a directory, its `subdirs` and `entries` say; None when
+/// they are right.
+fn count_fix(
+    cx: &Context,
+    ino: u64,
+    holders: &[u64],
+    subdirs: u64,
+    entries: u64,
+) -> Option<Planned> {
+    let (is_dir, d_nlink, d_size, d_parent) = match cx.info(ino) {
+        Some(i) => (i.is_dir(), i.disk.nlink, i.disk.size, i.disk.parent),
+        None => (true, 2, 0, ROOT_INO), // a new root or lost+found, as made
+    };
+    let (mut nlink, mut size, mut parent) = (None, None, None);
+    if is_dir {
+        let want_nlink = 2 + subdirs;
+        let want_parent = if ino == ROOT_INO {
+            Some(ROOT_INO)
+        } else if holders.len() == 1 {
+            Some(holders[0])
+        } else {
+            None
         };
-        // Open-unlinked, freed, or left unreachable: not the namespace's to count.
-        if (holders.is_empty() && ino != ROOT_INO) || !reached.contains(&ino) {
-            continue;
+        if want_nlink != d_nlink as u64 {
+            nlink = Some(want_nlink.min(u32::MAX as u64) as u32);
         }
-        let (mut nlink, mut size, mut parent) = (None, None, None);
-        if is_dir {
-            let want_nlink = 2 + subdirs_in.get(&ino).copied().unwrap_or(0);
-            let want_size = entries_in.get(&ino).copied().unwrap_or(0);
-            let want_parent = if ino == ROOT_INO {
-                Some(ROOT_INO)
-            } else if holders.len() == 1 {
-                Some(holders[0])
-            } else {
-                None
-            };
-            if want_nlink != d_nlink as u64 {
-                nlink = Some(want_nlink.min(u32::MAX as u64) as u32);
-            }
-            if want_size != d_size {
-                size = Some(want_size);
-            }
-            parent = want_parent.filter(|&p| p != d_parent);
-        } else if holders.len() as u64 != d_nlink as u64 {
-            nlink = Some(holders.len().min(u32::MAX as usize) as u32);
+        if entries != d_size {
+            size = Some(entries);
         }
-        if nlink.is_none() && size.is_none() && parent.is_none() {
-            continue;
-        }
-        let mut what = Vec::new();
-        if let Some(n) = nlink {
-            what.push(format!("link count {d_nlink} -> {n}"));
-        }
-        if let Some(s) = size {
-            what.push(format!("entry count (size) {d_size} -> {s}"));
-        }
-        if let Some(p) = parent {
-            what.push(format!("'..' {d_parent} -> {}", shown_ino(p)));
-        }
-        out.push(Planned {
-            class: FixClass::LinkCounts,
-            message: format!(
-                "{} {}: {}",
-                if is_dir { "directory" } else { "inode" },
-                shown_ino(ino),
-                what.join(", ")
-            ),
-            fix: SessionFix::SetLinks {
-                ino,
-                nlink,
-                size,
-                parent,
-            },
-        });
+        parent = want_parent.filter(|&p| p != d_parent);
+    } else if holders.len() as u64 != d_nlink as u64 {
+        nlink = Some(holders.len().min(u32::MAX as usize) as u32);
     }
+    if nlink.is_none() && size.is_none() && parent.is_none() {
+        return None;
+    }
+    let mut what = Vec::new();
+    if let Some(n) = nlink {
+        what.push(format!("link count {d_nlink} -> {n}"));
+    }
+    if let Some(s) = size {
+        what.push(format!("entry count (size) {d_size} -> {s}"));
+    }
+    if let Some(p) = parent {
+        what.push(format!("'..' {d_parent} -> {}", shown_ino(p)));
+    }
+    Some(Planned {
+        class: FixClass::LinkCounts,
+        message: format!(
+            "{} {}: {}",
+            if is_dir { "directory" } else { "inode" },
+            shown_ino(ino),
+            what.join(", ")
+        ),
+        fix: SessionFix::SetLinks {
+            ino,
+            nlink,
+            size,
+            parent,
+        },
+    })
+}
+
+/// Who names each inode: inode -> (dir, name) of its kept entries.
+fn holders(kept: &Kept) -> HashMap<u64, Vec<(u64, Vec<u8>)>> {
+    let mut h: HashMap<u64, Vec<(u64, Vec<u8>)>> = HashMap::new();
+    for ((dir, name), &(ino, _)) in kept {
+        h.entry(ino).or_default().push((*dir, name.clone()));
+    }
+    h
+}
+
+/// "entry 'NAME' in directory DIR", for messages.
+fn at(e: &Entry) -> String {
+    format!("entry '{}' in directory {}", shown(&e.name), e.dir)
 }
 
 /// Following an entry naming `ino` (of type `kind`) leads into a directory.

@@ -8,7 +8,7 @@
 //! session changes files, each segment's count is raised by a segment's worth of bytes, which
 //! no session can kill; the next round of the repair sets the exact values.
 
-use super::plan::{Plan, Planned, SessionFix, TableFix, NEW_LOST_FOUND};
+use super::fixes::{Plan, Planned, SessionFix, TableFix, NEW_LOST_FOUND};
 use crate::check::context::{Claims, LogUse};
 use crate::check::findings::PtrAt;
 use crate::check::pass1_checkpoints::fresh_head;

@@ -1,13 +1,15 @@
 //! Superblock repairs, written straight to the devices: copies rewritten from the primary, the
 //! data superblock rebuilt from the metadata one, the primary restored from a copy.
 
-use super::plan::RawFix;
+use super::fixes::RawFix;
 use crate::device::BlockDevice;
 use crate::format::superblock::{Role, Superblock, SB_MAGIC, SB_SIZE};
 use crate::{FsError, Result};
 
 /// Bytes read at a time while looking for a superblock copy.
 const SCAN_CHUNK: usize = 4 << 20;
+// `find_copy` looks at 4096-byte boundaries of each chunk: no copy may straddle two.
+const _: () = assert!(SCAN_CHUNK % SB_SIZE == 0 && SB_SIZE == 4096);
 
 pub fn apply(meta: &dyn BlockDevice, data: &dyn BlockDevice, fix: &RawFix) -> Result<()> {
     match fix {
@@ -94,6 +96,8 @@ fn majority_copy(meta: &dyn BlockDevice) -> Result<Option<Vec<u8>>> {
 
 fn block(sb: &Superblock, bs: u64) -> Vec<u8> {
     let mut b = sb.encode();
+    // Padded, never cut: a block is at least as large as a superblock.
+    assert!(b.len() <= bs as usize, "a superblock larger than its block");
     b.resize(bs as usize, 0);
     b
 }

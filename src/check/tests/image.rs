@@ -6,7 +6,7 @@
 //! `Mode::Listed` checks against it. `Mode::Tree` checks exactly what is on the devices.
 
 use crate::betree::BeTree;
-use crate::check::pass6_tree::Entry;
+use crate::check::entry::Entry;
 use crate::check::{run, Options, Outcome, Report};
 use crate::device::{BlockDevice, MemDevice};
 use crate::format::superblock::{Superblock, SB_SIZE};
