@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (as root: tests mount file systems, use loop devices).
+#   0. cargo fmt --check and cargo clippy with warnings as errors;
 #   1. every unit, integration, FUSE, crash-state and hostile-image test;
 #   2. the POSIX tests again with -o writeback_cache;
 #   3. the benchmarks as a user runs them from a clone: bench/postmark.sh on a tiny
@@ -38,6 +39,10 @@ benchmark_check() {
 # Build every binary first: integration tests run the sibling crates' programs
 # (dualfs-cleaner, mkfs-dualfs, fsck-dualfs), which `cargo test` alone only builds as test
 # harnesses, not as target/release/<name>.
+# The habits that keep the code one style and free of the lints' findings, first: they take
+# seconds and say at once what a reviewer would.
+run_step "format (cargo fmt --check)" cargo fmt --all -- --check
+run_step "lints (cargo clippy -D warnings)" cargo clippy --workspace --all-targets --locked -- -D warnings
 run_step "build (cargo build --workspace --bins)" cargo build --workspace --release --locked --bins
 run_step "tests (cargo test --workspace)" cargo test --workspace --release --locked --no-fail-fast
 # The POSIX, persistence, attribute and ACL tests again with the kernel's writeback cache
