@@ -7,7 +7,7 @@
 
 pub mod betree;
 pub mod check;
-pub mod clean;
+pub mod control_protocol;
 pub mod device;
 pub mod error;
 pub mod format;

@@ -1,6 +1,6 @@
 //! Files in `/run/dualfs` named after a mount point: the daemon's pid file
 //! (`<escaped mount point>.pid`, `cli::pid_file`) and the cleaner's control socket
-//! (`.sock`, `clean::control`). One naming for both, so that each is found from the other.
+//! (`.sock`, `control_protocol`). One naming for both, so that each is found from the other.
 
 use siphasher::sip::SipHasher;
 use std::os::unix::ffi::OsStrExt;

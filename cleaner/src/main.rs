@@ -1,9 +1,9 @@
 //! dualfs-cleaner: the segment cleaner daemon of a mounted DualFS.
 //!
 //! It talks to the mount over its control socket (`/run/dualfs/<escaped mount point>.sock`,
-//! protocol in `dualfs::clean::control`): asks for the segment usage table, chooses victims
-//! with the policy code of `dualfs::clean`, asks the file system to clean them, and logs
-//! what it did. While it is connected the mount leaves threshold cleaning to it; the mount
+//! protocol in `dualfs::control_protocol`): asks for the segment usage table, chooses victims
+//! with the mount's own policy code (`dualfs::fs::clean::policy`), asks the file system to
+//! clean them, and logs what it did. While it is connected the mount leaves threshold cleaning to it; the mount
 //! still cleans in its write path when clean segments run short, so writes never wait on
 //! the daemon, and resumes its own background cleaning when the daemon goes away.
 //!
@@ -17,8 +17,8 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dualfs::clean::control::{Client, PassReport, Status};
-use dualfs::clean::{choose, Policy, ThresholdUpdate, Thresholds};
+use dualfs::control_protocol::{Client, PassReport, Status};
+use dualfs::fs::clean::policy::{choose, Policy, ThresholdUpdate, Thresholds};
 use dualfs::output::{human_bytes, write_stdout};
 use dualfs::run_dir::run_file_path;
 use log::{error, info, warn};
@@ -151,7 +151,7 @@ fn main() -> ExitCode {
 fn connect(mountpoint: &Path) -> Result<Client> {
     let canonical = std::fs::canonicalize(mountpoint)
         .with_context(|| format!("mount point {}", mountpoint.display()))?;
-    let path = dualfs::clean::control::socket_path(&canonical);
+    let path = dualfs::control_protocol::socket_path(&canonical);
     Client::connect_socket(&path).map_err(|e| {
         let why = match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ECONNREFUSED) => {
@@ -242,7 +242,7 @@ fn run(cli: Cli) -> Result<()> {
 
 fn serde_json_string(s: &Status) -> String {
     // The protocol's own encoding, without the trailing newline.
-    let line = dualfs::clean::control::encode_line(s);
+    let line = dualfs::control_protocol::encode_line(s);
     String::from_utf8_lossy(&line).trim_end().to_string()
 }
 

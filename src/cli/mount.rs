@@ -19,7 +19,7 @@ use super::ready_pipe::{detach, Detached, Startup};
 use super::remount::{asks_remount, Remounter};
 use super::shutdown::{block_shutdown_signals, spawn_signal_watcher, Unmounter};
 use super::umount::resolve_mountpoint;
-use dualfs::clean::control::socket_path;
+use dualfs::control_protocol::socket_path;
 use dualfs::fs::Fs;
 use dualfs::fuse::DualFuse;
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};

@@ -20,7 +20,7 @@ use super::kernel_mount::KernelMount;
 use super::mount::MountArgs;
 use super::options::{apply_option, MountSettings};
 use super::pid_file::{is_live_daemon, pid_file_path, read_pid_file};
-use dualfs::clean::control::{socket_path, Client};
+use dualfs::control_protocol::{socket_path, Client};
 use dualfs::fs::Fs;
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};
 use log::info;

@@ -9,7 +9,7 @@
 
 use super::error::{describe_io, print_error, CliError};
 use super::pid_file::{is_live_daemon, pid_file_path, read_pid_file};
-use dualfs::clean::control::Client;
+use dualfs::control_protocol::Client;
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
@@ -81,7 +81,7 @@ fn sync(path: &Path) -> Result<(), CliError> {
     let mut client = Client::connect(&mountpoint).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ECONNREFUSED) => failure(format!(
             "its daemon has no control socket ({}: {})",
-            dualfs::clean::control::socket_path(&mountpoint).display(),
+            dualfs::control_protocol::socket_path(&mountpoint).display(),
             describe_io(&e)
         )),
         _ => failure(describe_io(&e)),

@@ -4,7 +4,7 @@
 
 use super::error::{describe_errno, describe_io, print_error, CliError};
 use super::pid_file::{is_live_daemon, pid_file_path, read_pid_file, wait_for_exit};
-use dualfs::clean::control::{socket_path, Client};
+use dualfs::control_protocol::{socket_path, Client};
 use dualfs::mountinfo;
 use nix::mount::{umount2, MntFlags};
 use std::path::{Path, PathBuf};
