@@ -22,7 +22,7 @@ pub mod mkfs;
 pub mod mountinfo;
 pub mod output;
 pub mod run_dir;
-pub mod tune;
+pub mod superblock_change;
 pub mod unmounted_daemon;
 
 pub use error::{FsError, Result};
