@@ -8,6 +8,7 @@
 pub mod betree;
 pub mod check;
 pub mod control_protocol;
+pub mod daemon;
 pub mod device;
 pub mod error;
 pub mod format;
@@ -23,6 +24,5 @@ pub mod mountinfo;
 pub mod output;
 pub mod run_dir;
 pub mod superblock_change;
-pub mod unmounted_daemon;
 
 pub use error::{FsError, Result};
