@@ -302,7 +302,7 @@ fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
 mod tests {
     use super::*;
     use crate::device::direct::PIECE_MAX;
-    use crate::device::loop_for_tests::{LoopDevice, Ramfs};
+    use dualfs_testkit::{LoopDevice, Ramfs};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
