@@ -17,8 +17,8 @@ mod bench_csv;
 mod common;
 
 use common::{Backend, TestFs, TmpfsDir};
-use dualfs::clean::control::{Client, Status};
-use dualfs::clean::{Policy, ThresholdUpdate};
+use dualfs::control_protocol::{Client, Status};
+use dualfs::fs::clean::policy::{Policy, ThresholdUpdate};
 use dualfs::mkfs::MkfsParams;
 use std::fs;
 use std::path::{Path, PathBuf};

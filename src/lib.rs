@@ -7,7 +7,8 @@
 
 pub mod betree;
 pub mod check;
-pub mod clean;
+pub mod control_protocol;
+pub mod daemon;
 pub mod device;
 pub mod error;
 pub mod format;
@@ -22,7 +23,6 @@ pub mod mkfs;
 pub mod mountinfo;
 pub mod output;
 pub mod run_dir;
-pub mod tune;
-pub mod unmounted_daemon;
+pub mod superblock_change;
 
 pub use error::{FsError, Result};

@@ -1,6 +1,7 @@
-//! Files in `/run/dualfs` named after a mount point: the daemon's pid file
-//! (`<escaped mount point>.pid`, `cli::pid_file`) and the cleaner's control socket
-//! (`.sock`, `clean::control`). One naming for both, so that each is found from the other.
+//! Files in `/run/dualfs` named after a mount point: the daemons' pid files (`<escaped mount
+//! point>.pid` for the mount, `.cleaner.pid` for the cleaner, `daemon::pid_file`) and the
+//! mount's control socket (`.sock`, `control_protocol`). One naming for all, so that each is
+//! found from the others.
 
 use siphasher::sip::SipHasher;
 use std::os::unix::ffi::OsStrExt;

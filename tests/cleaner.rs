@@ -8,7 +8,7 @@ mod common;
 
 use common::user::{as_user, ALICE};
 use common::*;
-use dualfs::clean::control::{socket_path, Client, Status};
+use dualfs::control_protocol::{socket_path, Client, Status};
 use dualfs::mkfs::MkfsParams;
 use std::fs;
 use std::io::Write;

@@ -9,6 +9,7 @@
 mod common;
 
 use common::*;
+use dualfs_testkit::Ramfs;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::fs;
@@ -221,22 +222,13 @@ fn devio_direct_on_block_devices_and_buffered_by_default() {
     }
 }
 
-/// A ramfs (it refuses O_DIRECT) on a temporary folder, unmounted on drop.
-struct Ramfs(tempfile::TempDir);
-
-impl Drop for Ramfs {
-    fn drop(&mut self) {
-        let _ = umount2(self.0.path(), libc::MNT_DETACH);
-    }
-}
-
 #[test]
 fn devio_direct_where_the_images_file_system_refuses_it_fails_the_mount() {
     dualfs_only!();
     user::require_root();
-    let ramfs = Ramfs(tempfile::tempdir().unwrap());
-    let dir = ramfs.0.path();
-    mount(Some("ramfs"), dir, Some("ramfs"), 0, None).unwrap();
+    // A ramfs refuses O_DIRECT.
+    let ramfs = Ramfs::new().expect("a ramfs");
+    let dir = ramfs.path();
     let (meta, data) = (dir.join("meta.img"), dir.join("data.img"));
     make_formatted_pair(&meta, &data, 64 << 20, 256 << 20);
     let scratch = tempfile::tempdir().unwrap();

@@ -1,9 +1,9 @@
 //! dualfs-cleaner: the segment cleaner daemon of a mounted DualFS.
 //!
 //! It talks to the mount over its control socket (`/run/dualfs/<escaped mount point>.sock`,
-//! protocol in `dualfs::clean::control`): asks for the segment usage table, chooses victims
-//! with the policy code of `dualfs::clean`, asks the file system to clean them, and logs
-//! what it did. While it is connected the mount leaves threshold cleaning to it; the mount
+//! protocol in `dualfs::control_protocol`): asks for the segment usage table, chooses victims
+//! with the mount's own policy code (`dualfs::fs::clean::policy`), asks the file system to
+//! clean them, and logs what it did. While it is connected the mount leaves threshold cleaning to it; the mount
 //! still cleans in its write path when clean segments run short, so writes never wait on
 //! the daemon, and resumes its own background cleaning when the daemon goes away.
 //!
@@ -17,10 +17,12 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dualfs::clean::control::{Client, PassReport, Status};
-use dualfs::clean::{choose, Policy, ThresholdUpdate, Thresholds};
+use dualfs::control_protocol::{Client, PassReport, Status};
+use dualfs::daemon::{
+    detach, read_pid_file, remove_pid_file, write_pid_file, Daemon, Detached, Startup,
+};
+use dualfs::fs::clean::policy::{choose, Policy, ThresholdUpdate, Thresholds};
 use dualfs::output::{human_bytes, write_stdout};
-use dualfs::run_dir::run_file_path;
 use log::{error, info, warn};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -136,7 +138,7 @@ fn main() -> ExitCode {
     logger.init();
     let logs_to_file = cli.log_file.is_some();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             // stderr may be /dev/null once detached: the log file hears it too.
             eprintln!("dualfs-cleaner: {e:#}");
@@ -151,7 +153,7 @@ fn main() -> ExitCode {
 fn connect(mountpoint: &Path) -> Result<Client> {
     let canonical = std::fs::canonicalize(mountpoint)
         .with_context(|| format!("mount point {}", mountpoint.display()))?;
-    let path = dualfs::clean::control::socket_path(&canonical);
+    let path = dualfs::control_protocol::socket_path(&canonical);
     Client::connect_socket(&path).map_err(|e| {
         let why = match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ECONNREFUSED) => {
@@ -168,9 +170,10 @@ fn connect(mountpoint: &Path) -> Result<Client> {
     })
 }
 
-fn run(cli: Cli) -> Result<()> {
+/// The exit code is the daemon's verdict on its start when it detached.
+fn run(cli: Cli) -> Result<ExitCode> {
     if cli.stop {
-        return stop_daemon(&cli.mountpoint);
+        return stop_daemon(&cli.mountpoint).map(|()| ExitCode::SUCCESS);
     }
     let mut client = connect(&cli.mountpoint)?;
     client.set_timeout(None)?;
@@ -181,7 +184,7 @@ fn run(cli: Cli) -> Result<()> {
         } else {
             format_status(&cli.mountpoint, &s)
         };
-        return print(&format!("{out}\n"));
+        return print(&format!("{out}\n")).map(|()| ExitCode::SUCCESS);
     }
     let update = ThresholdUpdate {
         min_free: cli.min_free,
@@ -195,7 +198,7 @@ fn run(cli: Cli) -> Result<()> {
         let t = update.apply(t).map_err(|e| anyhow!(e))?;
         let status = client.status()?;
         let r = one_pass(&mut client, &t, t.pass_size(status.clean, false))?;
-        return print(&format!("{}\n", describe_pass(&r, &status)));
+        return print(&format!("{}\n", describe_pass(&r, &status))).map(|()| ExitCode::SUCCESS);
     }
     // Who we are, and that threshold cleaning is ours now.
     client.hello("dualfs-cleaner", true)?;
@@ -204,9 +207,9 @@ fn run(cli: Cli) -> Result<()> {
     } else {
         client.set_thresholds(update).map_err(|e| anyhow!("{e}"))?
     };
-    let pid_file = run_file_path(&std::fs::canonicalize(&cli.mountpoint)?, "cleaner.pid");
-    if let Some(pid) = read_pid(&pid_file) {
-        if pid as u32 != std::process::id() && is_alive(pid) {
+    let pid_file = Daemon::Cleaner.pid_file(&std::fs::canonicalize(&cli.mountpoint)?);
+    if let Some(pid) = read_pid_file(&pid_file) {
+        if pid as u32 != std::process::id() && Daemon::Cleaner.is_live(pid) {
             bail!(
                 "a cleaner (pid {pid}) already serves {} ({})",
                 cli.mountpoint.display(),
@@ -214,16 +217,29 @@ fn run(cli: Cli) -> Result<()> {
             );
         }
     }
-    if !cli.foreground {
-        daemonize(cli.log_file.is_some())?;
+    // A detached cleaner logs only to --log-file, which the logger holds: its standard
+    // streams go to /dev/null.
+    let startup = if cli.foreground {
+        Startup::foreground(Daemon::Cleaner)
+    } else {
+        match detach(Daemon::Cleaner, None).map_err(|e| anyhow!(e))? {
+            Detached::Parent(code) => return Ok(code),
+            Detached::Child(startup) => startup,
+        }
+    };
+    if let Err(e) = write_pid_file(&pid_file) {
+        warn!(
+            "cannot write {} ({e}): `dualfs-cleaner --stop` will not find this daemon",
+            pid_file.display()
+        );
     }
-    write_pid_file(&pid_file);
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
     }
+    startup.ready();
     info!(
         "cleaning {}: start below {} clean segments, stop at {}, {} per pass, idle after {} s, {}",
         cli.mountpoint.display(),
@@ -234,15 +250,15 @@ fn run(cli: Cli) -> Result<()> {
         t.policy
     );
     let r = daemon_loop(&mut client, Duration::from_secs_f64(cli.interval));
-    if read_pid(&pid_file) == Some(std::process::id() as i32) {
-        let _ = std::fs::remove_file(&pid_file);
+    if let Err(e) = remove_pid_file(&pid_file) {
+        warn!("cannot remove {} ({e})", pid_file.display());
     }
-    r
+    r.map(|()| ExitCode::SUCCESS)
 }
 
 fn serde_json_string(s: &Status) -> String {
     // The protocol's own encoding, without the trailing newline.
-    let line = dualfs::clean::control::encode_line(s);
+    let line = dualfs::control_protocol::encode_line(s);
     String::from_utf8_lossy(&line).trim_end().to_string()
 }
 
@@ -532,9 +548,9 @@ fn format_status(mountpoint: &Path, s: &Status) -> String {
 fn stop_daemon(mountpoint: &Path) -> Result<()> {
     let canonical = std::fs::canonicalize(mountpoint)
         .with_context(|| format!("mount point {}", mountpoint.display()))?;
-    let pid_file = run_file_path(&canonical, "cleaner.pid");
-    let pid = match read_pid(&pid_file) {
-        Some(pid) if is_alive(pid) => pid,
+    let pid_file = Daemon::Cleaner.pid_file(&canonical);
+    let pid = match read_pid_file(&pid_file) {
+        Some(pid) if Daemon::Cleaner.is_live(pid) => pid,
         _ => bail!(
             "no cleaner daemon serves {} (no live pid in {})",
             canonical.display(),
@@ -549,12 +565,8 @@ fn stop_daemon(mountpoint: &Path) -> Result<()> {
         );
     }
     // It finishes the pass it is in (a pass ends in a checkpoint) and exits.
-    let start = Instant::now();
-    while is_alive(pid) {
-        if start.elapsed() > Duration::from_secs(60) {
-            bail!("the cleaner daemon (pid {pid}) did not exit within 60 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if !Daemon::Cleaner.wait_for_exit(pid, Duration::from_secs(60)) {
+        bail!("the cleaner daemon (pid {pid}) did not exit within 60 s of SIGTERM");
     }
     print(&format!(
         "stopped the cleaner daemon (pid {pid}) of {}\n",
@@ -565,67 +577,6 @@ fn stop_daemon(mountpoint: &Path) -> Result<()> {
 /// Print on stdout; a reader that closed the pipe (`--status MNT | head -1`) is no error.
 fn print(text: &str) -> Result<()> {
     write_stdout(text).context("standard output")
-}
-
-/// Write this process's pid into `path` whole: written beside it and renamed, so that a
-/// reader never sees it empty (tests/cleaner.rs read it between the create and the write).
-fn write_pid_file(path: &Path) {
-    let tmp = path.with_extension("pid.tmp");
-    if std::fs::write(&tmp, format!("{}\n", std::process::id())).is_ok() {
-        let _ = std::fs::rename(&tmp, path);
-    }
-}
-
-fn read_pid(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-        .filter(|&p: &i32| p > 0)
-}
-
-/// Is `pid` a running dualfs-cleaner (not one that exited and waits to be reaped)?
-fn is_alive(pid: i32) -> bool {
-    let named = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|c| c.trim().starts_with("dualfs-cleaner"))
-        .unwrap_or(false);
-    // The state is the first field after the command name, which ends at the last ')'.
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
-        st.rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
-    });
-    named && !zombie
-}
-
-/// Fork into the background: the parent exits 0, the child continues in a new session with
-/// "/" as its directory and stdio on /dev/null (stderr too unless logging to a file, which
-/// env_logger writes by itself). Called while the process has one thread.
-fn daemonize(keep_stderr: bool) -> Result<()> {
-    // SAFETY: single-threaded here; the child only continues this program.
-    match unsafe { libc::fork() } {
-        -1 => bail!("cannot fork: {}", std::io::Error::last_os_error()),
-        0 => {}
-        _ => std::process::exit(0),
-    }
-    // SAFETY: plain system calls on this process.
-    unsafe {
-        libc::setsid();
-        let root = c"/";
-        libc::chdir(root.as_ptr());
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            libc::dup2(null, 0);
-            libc::dup2(null, 1);
-            if !keep_stderr {
-                libc::dup2(null, 2);
-            }
-            if null > 2 {
-                libc::close(null);
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

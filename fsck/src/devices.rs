@@ -2,9 +2,9 @@
 //! file system holds them, so a repair of a mounted file system is refused); a check only
 //! (-n) opens them read-only, and still reads a mounted file system (with a warning).
 
+use dualfs::daemon::unmounted::{wait_until_released, PATIENCE};
 use dualfs::device::{is_mounted, BlockDevice, FileDevice, OpenMode};
 use dualfs::format::superblock::{Role, Superblock, SB_SIZE};
-use dualfs::unmounted_daemon::{wait_until_released, PATIENCE};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;

@@ -245,8 +245,11 @@ fn check_unused(target: &Target, cli: &Cli) -> Result<(), String> {
     }
     // umount(2) returns before the daemon's final checkpoint: give it the moment it needs
     // (the open below is still exclusive, and fails if anything else holds the device).
-    dualfs::unmounted_daemon::wait_until_released(&target.path, dualfs::unmounted_daemon::PATIENCE)
-        .map_err(|held| format!("{shown} is in use: {held}"))?;
+    dualfs::daemon::unmounted::wait_until_released(
+        &target.path,
+        dualfs::daemon::unmounted::PATIENCE,
+    )
+    .map_err(|held| format!("{shown} is in use: {held}"))?;
     let device = FileDevice::open(&target.path, OpenMode::default()).map_err(|e| e.to_string())?;
     if let Some(found) = probe_existing(&device) {
         if !cli.force {

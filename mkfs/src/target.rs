@@ -2,10 +2,10 @@
 //! formatting (create or resize an image). Looking writes nothing.
 
 use crate::size::human_size;
-use dualfs::device::{BlockDevice, FileDevice, OpenMode};
+use dualfs::device::{BlockDevice, DeviceKind, FileDevice, OpenMode};
 use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// One of the two devices to format.
@@ -58,11 +58,12 @@ impl Target {
             }
             Err(e) => return Err(format!("cannot access {shown}: {e}")),
         };
-        let file_type = metadata.file_type();
+        let kind = DeviceKind::of(metadata.file_type())
+            .map_err(|what| format!("{shown} is {what}; give an image file or a block device"))?;
         let absolute = std::fs::canonicalize(path)
             .map_err(|e| format!("cannot resolve the path {shown}: {e}"))?;
 
-        if file_type.is_block_device() {
+        if kind == DeviceKind::BlockDevice {
             if requested.is_some() {
                 return Err(format!(
                     "{shown} is a block device, whose size is fixed; drop {option}"
@@ -79,18 +80,6 @@ impl Target {
                     rdev: metadata.rdev(),
                 },
             });
-        }
-        if !file_type.is_file() {
-            let what = if file_type.is_dir() {
-                "a directory"
-            } else if file_type.is_char_device() {
-                "a character device"
-            } else {
-                "neither a regular file nor a block device"
-            };
-            return Err(format!(
-                "{shown} is {what}; give an image file or a block device"
-            ));
         }
 
         let current = metadata.len();

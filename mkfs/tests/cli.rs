@@ -3,8 +3,9 @@
 //! Tests that need loop devices skip themselves (with a note) where they cannot be made.
 //! Tests marked "needs core mkfs" run once the core's formatting exists.
 
+use dualfs_testkit::LoopDevice;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 const MKFS: &str = env!("CARGO_BIN_EXE_mkfs-dualfs");
@@ -396,74 +397,6 @@ fn works_when_called_as_mkfs_dot_dualfs() {
     assert!(!meta.exists() && !data.exists());
 }
 
-/// A loop device over a temporary sparse image, detached (and unmounted) on drop, also when
-/// a test panics.
-struct LoopDevice {
-    path: PathBuf,
-    image: tempfile::NamedTempFile,
-    mount_point: Option<tempfile::TempDir>,
-}
-
-impl LoopDevice {
-    /// None (with a note) where loop devices cannot be made: not root, or no losetup.
-    fn new(len: u64) -> Option<LoopDevice> {
-        let image = tempfile::NamedTempFile::new().ok()?;
-        image.as_file().set_len(len).ok()?;
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(image.path())
-            .output();
-        match out {
-            Ok(out) if out.status.success() => Some(LoopDevice {
-                path: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
-                image,
-                mount_point: None,
-            }),
-            Ok(out) => {
-                eprintln!("skipping: losetup failed: {}", stderr(&out));
-                None
-            }
-            Err(e) => {
-                eprintln!("skipping: cannot run losetup: {e}");
-                None
-            }
-        }
-    }
-
-    /// Make ext4 on the device and mount it; None (with a note) where that cannot be done.
-    fn mount_ext4(&mut self) -> Option<PathBuf> {
-        let made = Command::new("mkfs.ext4")
-            .args(["-q", "-F"])
-            .arg(&self.path)
-            .status();
-        if !made.is_ok_and(|s| s.success()) {
-            eprintln!("skipping: mkfs.ext4 failed or is missing");
-            return None;
-        }
-        let dir = tempfile::tempdir().ok()?;
-        let mounted = Command::new("mount")
-            .arg(&self.path)
-            .arg(dir.path())
-            .status();
-        if !mounted.is_ok_and(|s| s.success()) {
-            eprintln!("skipping: mount failed");
-            return None;
-        }
-        let path = dir.path().to_path_buf();
-        self.mount_point = Some(dir);
-        Some(path)
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.mount_point {
-            let _ = Command::new("umount").arg(dir.path()).status();
-        }
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
-    }
-}
-
 #[test]
 fn a_block_device_takes_no_size() {
     let Some(lo) = LoopDevice::new(128 << 20) else {
@@ -476,7 +409,7 @@ fn a_block_device_takes_no_size() {
         &"64M",
         &"--size-data",
         &DATA_SIZE,
-        &lo.path,
+        &lo.path(),
         &data,
     ]);
     assert_refused(&out, "is a block device");
@@ -484,7 +417,7 @@ fn a_block_device_takes_no_size() {
     assert!(!data.exists());
 
     // Without the size, the device's own size is used.
-    let out = mkfs(&[&"-n", &"--size-data", &DATA_SIZE, &lo.path, &data]);
+    let out = mkfs(&[&"-n", &"--size-data", &DATA_SIZE, &lo.path(), &data]);
     assert_succeeded(&out);
     assert!(stdout(&out).contains("128 MiB"), "{}", stdout(&out));
     assert!(!data.exists());
@@ -497,8 +430,8 @@ fn the_same_block_device_twice_is_refused() {
     };
     let dir = tempfile::tempdir().unwrap();
     let link = dir.path().join("dev-link");
-    std::os::unix::fs::symlink(&lo.path, &link).unwrap();
-    let out = mkfs(&[&lo.path, &link]);
+    std::os::unix::fs::symlink(lo.path(), &link).unwrap();
+    let out = mkfs(&[&lo.path(), &link]);
     assert_refused(&out, "the same device");
 }
 
@@ -512,7 +445,7 @@ fn a_mounted_block_device_is_refused_even_forced() {
     };
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d.img");
-    let out = mkfs(&[&"-f", &"--size-data", &DATA_SIZE, &lo.path, &data]);
+    let out = mkfs(&[&"-f", &"--size-data", &DATA_SIZE, &lo.path(), &data]);
     assert_refused(&out, &format!("mounted on {}", mount_point.display()));
     assert!(!data.exists());
 }
@@ -524,11 +457,11 @@ fn an_image_attached_to_a_loop_device_is_refused() {
     };
     let dir = tempfile::tempdir().unwrap();
     let meta = dir.path().join("m.img");
-    let before = fs::read(lo.image.path()).unwrap();
-    let out = mkfs(&[&"-f", &"--size-meta", &META_SIZE, &meta, &lo.image.path()]);
+    let before = fs::read(lo.image_path()).unwrap();
+    let out = mkfs(&[&"-f", &"--size-meta", &META_SIZE, &meta, &lo.image_path()]);
     assert_refused(&out, "attached to loop device");
     assert!(!meta.exists());
-    assert_eq!(fs::read(lo.image.path()).unwrap(), before);
+    assert_eq!(fs::read(lo.image_path()).unwrap(), before);
 }
 
 // ---- These need the core's formatting (src/mkfs.rs) and run once it lands. ----
@@ -616,12 +549,12 @@ fn formats_block_devices() {
     let (Some(meta), Some(data)) = (LoopDevice::new(128 << 20), LoopDevice::new(128 << 20)) else {
         return;
     };
-    let out = mkfs(&[&meta.path, &data.path]);
+    let out = mkfs(&[&meta.path(), &data.path()]);
     assert_succeeded(&out);
     let open = |path: &Path| {
         dualfs::device::FileDevice::open(path, dualfs::device::OpenMode::default()).unwrap()
     };
-    assert!(dualfs::device::probe_existing(&open(&meta.path))
+    assert!(dualfs::device::probe_existing(&open(meta.path()))
         .unwrap()
         .starts_with("a DualFS metadata device"));
 }

@@ -1,10 +1,10 @@
 //! The mount's side of the control channel: a Unix socket served by one thread per
-//! connection (the protocol is in `dualfs::clean::control`). Only root and the mount owner
+//! connection (the protocol is in `dualfs::control_protocol`). Only root and the mount owner
 //! get answers. It lives with the program, not in the library: it only calls the core's
 //! plain API (`Fs::cleaner_status`, `clean_pass`, `attach_daemon`, ...).
 
 use super::remount::Remounter;
-use dualfs::clean::control::{
+use dualfs::control_protocol::{
     encode_line, PassReport, Request, Response, MAX_LINE, PROTOCOL_VERSION,
 };
 use dualfs::fs::Fs;

@@ -1,7 +1,7 @@
 //! Opening the two devices, each locked against a second mount (see `dualfs::device::file`).
 
+use dualfs::daemon::unmounted::{wait_until_released, StillHeld, PATIENCE};
 use dualfs::device::{BlockDevice, DeviceIo, FileDevice, OpenMode};
-use dualfs::unmounted_daemon::{wait_until_released, StillHeld, PATIENCE};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::mount::{dead_mount_error, device_path};
-use dualfs::clean::control::{Client, Status};
+use dualfs::control_protocol::{Client, Status};
 use dualfs::device::{BlockDevice, DeviceIo, FileDevice, OpenMode};
 use dualfs::format::superblock::Superblock;
 use dualfs::format::FORMAT_VERSION;

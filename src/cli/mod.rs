@@ -10,8 +10,6 @@ pub mod kernel_mount;
 pub mod logging;
 pub mod mount;
 pub mod options;
-pub mod pid_file;
-pub mod ready_pipe;
 pub mod remount;
 pub mod shutdown;
 pub mod sync;

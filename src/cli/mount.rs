@@ -12,14 +12,13 @@ use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::kernel_mount::{KernelMount, MountRequest};
 use super::logging::{self, LogTo};
 use super::options::{parse_option_lists_as, MountSettings, Strictness};
-use super::pid_file::{
-    is_live_daemon, pid_file_path, read_pid_file, remove_pid_file, write_pid_file,
-};
-use super::ready_pipe::{detach, Detached, Startup};
 use super::remount::{asks_remount, Remounter};
 use super::shutdown::{block_shutdown_signals, spawn_signal_watcher, Unmounter};
 use super::umount::resolve_mountpoint;
-use dualfs::clean::control::socket_path;
+use dualfs::control_protocol::socket_path;
+use dualfs::daemon::{
+    detach, read_pid_file, remove_pid_file, write_pid_file, Daemon, Detached, Startup,
+};
 use dualfs::fs::Fs;
 use dualfs::fuse::DualFuse;
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};
@@ -95,10 +94,10 @@ pub fn run(args: MountArgs) -> ExitCode {
     }
     if args.foreground {
         logging::init(log_file.map_or(LogTo::Stderr, LogTo::File));
-        return serve(plan, Startup::Foreground);
+        return serve(plan, Startup::foreground(Daemon::Mount));
     }
     logging::init(LogTo::DaemonStderr);
-    match detach(log_file) {
+    match detach(Daemon::Mount, log_file) {
         Ok(Detached::Parent(code)) => code,
         Ok(Detached::Child(startup)) => serve(plan, startup),
         Err(message) => {
@@ -239,7 +238,8 @@ fn refuse_stacking(path: &Path, mountpoint: &Path) -> Result<(), CliError> {
     let Some(top) = mountinfo::topmost_at(&table, mountpoint) else {
         return Ok(());
     };
-    let daemon = read_pid_file(&pid_file_path(mountpoint)).filter(|&pid| is_live_daemon(pid));
+    let daemon = read_pid_file(&Daemon::Mount.pid_file(mountpoint))
+        .filter(|&pid| Daemon::Mount.is_live(pid));
     if top.fs_type == DUALFS_FS_TYPE || (top.is_fuse() && daemon.is_some()) {
         return Err(CliError::failure(format!(
             "mount point {}: a DualFS ({}) is already mounted there; unmount it first \
@@ -522,7 +522,7 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     spawn_signal_watcher(unmounter, plan.mountpoint.clone())
         .map_err(|e| format!("cannot start the signal thread: {}", describe_io(&e)))?;
 
-    let pid_file = pid_file_path(&plan.mountpoint);
+    let pid_file = Daemon::Mount.pid_file(&plan.mountpoint);
     let pid_file = match write_pid_file(&pid_file) {
         Ok(()) => Some(pid_file),
         Err(e) => {

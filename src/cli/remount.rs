@@ -19,8 +19,8 @@ use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::kernel_mount::KernelMount;
 use super::mount::MountArgs;
 use super::options::{apply_option, MountSettings};
-use super::pid_file::{is_live_daemon, pid_file_path, read_pid_file};
-use dualfs::clean::control::{socket_path, Client};
+use dualfs::control_protocol::{socket_path, Client};
+use dualfs::daemon::{read_pid_file, Daemon};
 use dualfs::fs::Fs;
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};
 use log::info;
@@ -75,7 +75,8 @@ fn remount(args: &MountArgs) -> Result<(), CliError> {
     let Some(mount) = mountinfo::topmost_at(&table, &mountpoint) else {
         return Err(failure("not a mount point".into()));
     };
-    let daemon = read_pid_file(&pid_file_path(&mountpoint)).filter(|&pid| is_live_daemon(pid));
+    let daemon = read_pid_file(&Daemon::Mount.pid_file(&mountpoint))
+        .filter(|&pid| Daemon::Mount.is_live(pid));
     if mount.fs_type != DUALFS_FS_TYPE && !(mount.is_fuse() && daemon.is_some()) {
         return Err(failure(format!(
             "not a DualFS mount (it is {})",

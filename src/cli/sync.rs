@@ -8,8 +8,8 @@
 //! is on the devices (data device flushed first).
 
 use super::error::{describe_io, print_error, CliError};
-use super::pid_file::{is_live_daemon, pid_file_path, read_pid_file};
-use dualfs::clean::control::Client;
+use dualfs::control_protocol::Client;
+use dualfs::daemon::{read_pid_file, Daemon};
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
@@ -55,7 +55,8 @@ fn sync(path: &Path) -> Result<(), CliError> {
     let Some(mount) = mountinfo::topmost_at(&table, &mountpoint) else {
         return Err(failure("not a mount point".into()));
     };
-    let daemon = read_pid_file(&pid_file_path(&mountpoint)).filter(|&pid| is_live_daemon(pid));
+    let daemon = read_pid_file(&Daemon::Mount.pid_file(&mountpoint))
+        .filter(|&pid| Daemon::Mount.is_live(pid));
     if mount.fs_type != DUALFS_FS_TYPE && !(mount.is_fuse() && daemon.is_some()) {
         return Err(failure(format!(
             "not a DualFS mount (it is {})",
@@ -81,7 +82,7 @@ fn sync(path: &Path) -> Result<(), CliError> {
     let mut client = Client::connect(&mountpoint).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ECONNREFUSED) => failure(format!(
             "its daemon has no control socket ({}: {})",
-            dualfs::clean::control::socket_path(&mountpoint).display(),
+            dualfs::control_protocol::socket_path(&mountpoint).display(),
             describe_io(&e)
         )),
         _ => failure(describe_io(&e)),

@@ -9,7 +9,7 @@ use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::mount::{device_path, same_file};
 use dualfs::device::DeviceIo;
 use dualfs::mountinfo::fuse_mounts_of;
-use dualfs::tune::{tune, Change};
+use dualfs::superblock_change::{tune, Change};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

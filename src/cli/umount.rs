@@ -3,8 +3,8 @@
 //! /sbin/umount.fuse.dualfs (`umount_helper`).
 
 use super::error::{describe_errno, describe_io, print_error, CliError};
-use super::pid_file::{is_live_daemon, pid_file_path, read_pid_file, wait_for_exit};
-use dualfs::clean::control::{socket_path, Client};
+use dualfs::control_protocol::{socket_path, Client};
+use dualfs::daemon::{read_pid_file, Daemon};
 use dualfs::mountinfo;
 use nix::mount::{umount2, MntFlags};
 use std::path::{Path, PathBuf};
@@ -84,9 +84,9 @@ pub fn umount(path: &Path, how: Unmount) -> Result<(), CliError> {
             )))
         }
     }
-    let pid_file = pid_file_path(&mountpoint);
+    let pid_file = Daemon::Mount.pid_file(&mountpoint);
     // Look before unmounting: a daemon that finishes quickly is gone with its pid file.
-    let daemon = read_pid_file(&pid_file).map(|pid| (pid, is_live_daemon(pid)));
+    let daemon = read_pid_file(&pid_file).map(|pid| (pid, Daemon::Mount.is_live(pid)));
 
     let mut flags = MntFlags::empty();
     if how.lazy {
@@ -157,7 +157,7 @@ pub fn umount(path: &Path, how: Unmount) -> Result<(), CliError> {
             path.display()
         )));
     }
-    if !wait_for_exit(pid, how.timeout) {
+    if !Daemon::Mount.wait_for_exit(pid, how.timeout) {
         return Err(CliError::failure(format!(
             "{} is unmounted, but its daemon (pid {pid}) is still writing after {} s",
             path.display(),

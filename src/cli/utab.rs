@@ -14,7 +14,7 @@
 //! A daemon that made its own mount also keeps a line of its own there while it runs, so
 //! that umount(8) runs /sbin/umount.fuse.dualfs (see `record_daemon_line`).
 
-use dualfs::unmounted_daemon::is_live_dualfs_process;
+use dualfs::daemon::Daemon;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -59,7 +59,7 @@ pub fn record_daemon_line(utab: &Path, mountpoint: &Path, pid: u32) -> io::Resul
     };
     let mut kept: String = text
         .lines()
-        .filter(|line| daemon_of(line).is_none_or(is_live_dualfs_process))
+        .filter(|line| daemon_of(line).is_none_or(|pid| Daemon::Mount.is_live(pid)))
         .flat_map(|line| [line, "\n"])
         .collect();
     kept.push_str(&daemon_line(mountpoint, pid));

@@ -55,6 +55,25 @@ pub enum DeviceKind {
     BlockDevice,
 }
 
+impl DeviceKind {
+    /// What a file of `file_type` is as a DualFS device, or, when it cannot be one, what it
+    /// is instead ("a directory"), for the message that refuses it. The one test for both
+    /// opening a device and mkfs's look before it formats.
+    pub fn of(file_type: std::fs::FileType) -> Result<DeviceKind, &'static str> {
+        if file_type.is_file() {
+            Ok(DeviceKind::ImageFile)
+        } else if file_type.is_block_device() {
+            Ok(DeviceKind::BlockDevice)
+        } else if file_type.is_dir() {
+            Err("a directory")
+        } else if file_type.is_char_device() {
+            Err("a character device")
+        } else {
+            Err("neither a regular file nor a block device")
+        }
+    }
+}
+
 pub struct FileDevice {
     file: File,
     path: PathBuf,
@@ -230,26 +249,15 @@ fn kind_of_file(path: &Path, file: &File) -> io::Result<DeviceKind> {
 }
 
 fn classify(path: &Path, file_type: std::fs::FileType) -> io::Result<DeviceKind> {
-    if file_type.is_file() {
-        Ok(DeviceKind::ImageFile)
-    } else if file_type.is_block_device() {
-        Ok(DeviceKind::BlockDevice)
-    } else {
-        let what = if file_type.is_dir() {
-            "a directory"
-        } else if file_type.is_char_device() {
-            "a character device"
-        } else {
-            "neither a regular file nor a block device"
-        };
-        Err(io::Error::new(
+    DeviceKind::of(file_type).map_err(|what| {
+        io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
                 "{}: is {what}; a DualFS device must be an image file or a block device",
                 path.display()
             ),
-        ))
-    }
+        )
+    })
 }
 
 /// Take a non-blocking flock on an image file: exclusive for writers, shared for readers.
@@ -302,7 +310,7 @@ fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
 mod tests {
     use super::*;
     use crate::device::direct::PIECE_MAX;
-    use crate::device::loop_for_tests::{LoopDevice, Ramfs};
+    use dualfs_testkit::{LoopDevice, Ramfs};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 

@@ -8,8 +8,6 @@ use std::io;
 pub mod direct;
 pub mod fence;
 pub mod file;
-#[cfg(test)]
-mod loop_for_tests;
 pub mod memory;
 pub mod probe;
 pub mod recording;

@@ -246,8 +246,8 @@ fn flocked(path: &Path) -> bool {
 mod tests {
     use super::*;
     use crate::device::file::{FileDevice, OpenMode};
-    use crate::device::loop_for_tests::LoopDevice;
     use crate::device::MemDevice;
+    use dualfs_testkit::LoopDevice;
 
     /// A zeroed image of `len` bytes with `magic` written at `offset`.
     fn image_with(len: usize, writes: &[(usize, &[u8])]) -> MemDevice {

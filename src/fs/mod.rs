@@ -29,7 +29,7 @@ mod privileges;
 mod read_only;
 mod records;
 mod rename;
-mod repair;
+mod repair_ops;
 mod seek;
 pub mod types;
 mod xattr;

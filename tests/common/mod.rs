@@ -32,6 +32,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use dualfs::device::{FileDevice, OpenMode};
+use dualfs_testkit::LoopDevice;
 
 #[allow(unused_imports)]
 pub use sys::*;
@@ -929,41 +930,6 @@ pub fn run_ok(cmd: &mut Command) -> String {
         );
     }
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A loop block device over a file, detached on drop.
-pub struct LoopDevice {
-    dev: PathBuf,
-}
-
-impl LoopDevice {
-    pub fn attach(file: &Path) -> LoopDevice {
-        let out = run_ok(Command::new("losetup").args(["-f", "--show"]).arg(file));
-        let l = LoopDevice {
-            dev: PathBuf::from(out.trim()),
-        };
-        assert!(
-            out.starts_with("/dev/loop"),
-            "losetup printed {out:?}, not a loop device"
-        );
-        l
-    }
-    pub fn path(&self) -> &Path {
-        &self.dev
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            let st = Command::new("losetup").arg("-d").arg(&self.dev).status();
-            if matches!(st, Ok(s) if s.success()) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("LoopDevice: could not detach {}", self.dev.display());
-    }
 }
 
 /// Deterministic fast pseudo-random bytes (xorshift64*), for file contents.

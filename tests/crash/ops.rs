@@ -342,7 +342,7 @@ pub fn exec(fs: &Fs, op: &Op, gi: usize, held: &mut Held) -> Result<(), i32> {
             .map_err(errno)
         }
         Op::Clean => fs
-            .clean_pass(dualfs::clean::Policy::Greedy, 4)
+            .clean_pass(dualfs::fs::clean::policy::Policy::Greedy, 4)
             .map_err(errno)
             .map(drop),
         Op::Mount | Op::Unmount => unreachable!("the runner mounts and unmounts"),

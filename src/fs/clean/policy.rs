@@ -1,6 +1,6 @@
 //! Segment cleaning policies: which segments to clean, and when (the mechanism that moves a
 //! segment's live blocks is the rest of `fs::clean`). The mount's own threshold cleaning and
-//! the `dualfs-cleaner` daemon (through `crate::clean`, which re-exports this) both use it.
+//! the `dualfs-cleaner` daemon both use it.
 //!
 //! Cost-benefit is Sprite LFS's rank `(1 - u) * age / (1 + u)`: a segment's free space times
 //! how long its data has stayed put, over the cost of reading it and writing back its live

@@ -1,5 +1,5 @@
 //! What the core reports about the log and cleaning: the answers of `Fs::cleaner_status`,
-//! `usage_table` and the cleaning passes, which the control protocol (`crate::clean::control`)
+//! `usage_table` and the cleaning passes, which the control protocol (`crate::control_protocol`)
 //! carries as they are.
 
 use super::policy::{CleanerCounters, Thresholds};

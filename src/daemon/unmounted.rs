@@ -9,8 +9,9 @@
 //! FUSE mount in the table has that pid file. Mounts made by ordinary users have no pid file:
 //! their devices are never waited for.
 
+use super::Daemon;
 use crate::mountinfo;
-use crate::run_dir::{run_file_path, RUN_DIR};
+use crate::run_dir::RUN_DIR;
 use std::fmt;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -65,31 +66,13 @@ pub fn unmounted_daemon_holding(device: &Path) -> Option<i32> {
     let serving: Vec<PathBuf> = table
         .iter()
         .filter(|m| m.is_fuse())
-        .map(|m| run_file_path(&m.mount_point, "pid"))
+        .map(|m| Daemon::Mount.pid_file(&m.mount_point))
         .collect();
     daemon_pid_files()
         .into_iter()
         .filter(|(pid_file, _)| !serving.contains(pid_file))
         .map(|(_, pid)| pid)
-        .find(|&pid| is_live_dualfs_process(pid) && holds(pid, &wanted))
-}
-
-/// Is `pid` a running (not zombie) process of a DualFS program? A zombie counts as gone:
-/// where nobody reaps orphans it would never disappear.
-pub fn is_live_dualfs_process(pid: i32) -> bool {
-    let Ok(stat) = fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
-    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
-        return false;
-    };
-    let state = stat.get(close + 2).copied().unwrap_or(b'?');
-    if matches!(state, b'Z' | b'X' | b'x') {
-        return false;
-    }
-    let comm = &stat[stat.iter().position(|&b| b == b'(').unwrap_or(0)..close];
-    comm.windows(b"dualfs".len()).any(|w| w == b"dualfs")
+        .find(|&pid| Daemon::Mount.is_live(pid) && holds(pid, &wanted))
 }
 
 /// Every daemon pid file in the run directory, with the pid it names.
@@ -160,12 +143,5 @@ mod tests {
             wait_until_released(Path::new("/nonexistent/dualfs-image"), PATIENCE),
             Ok(())
         );
-    }
-
-    #[test]
-    fn liveness() {
-        // The test binary is named dualfs-<hash>.
-        assert!(is_live_dualfs_process(std::process::id() as i32));
-        assert!(!is_live_dualfs_process(i32::MAX));
     }
 }

@@ -1,14 +1,20 @@
-//! Loop devices over temporary images, for tests that need a real block device, and a
-//! ramfs, for tests that need a file system that refuses direct I/O. They are detached (and
-//! unmounted) on drop, also when a test panics.
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
+/// A loop block device over an image file: detached on drop (and the ext4 made on it
+/// unmounted), so that a failing test leaves no device behind.
 pub struct LoopDevice {
     path: PathBuf,
-    image: tempfile::NamedTempFile,
+    image: Image,
     mount_point: Option<tempfile::TempDir>,
+}
+
+enum Image {
+    /// A temporary image made for the device, removed after it is detached.
+    Own(tempfile::NamedTempFile),
+    /// The caller's file.
+    Given(PathBuf),
 }
 
 impl LoopDevice {
@@ -29,7 +35,7 @@ impl LoopDevice {
         match out {
             Ok(out) if out.status.success() => Some(LoopDevice {
                 path: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
-                image,
+                image: Image::Own(image),
                 mount_point: None,
             }),
             Ok(out) => {
@@ -44,6 +50,29 @@ impl LoopDevice {
         }
     }
 
+    /// A loop device over the existing file `image`; panics when it cannot be made (for
+    /// tests that must fail, not skip, without one).
+    pub fn attach(image: &Path) -> LoopDevice {
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(image)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run losetup: {e}"));
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && printed.starts_with("/dev/loop"),
+            "losetup -f --show {} failed ({}): {printed}{}",
+            image.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        LoopDevice {
+            path: PathBuf::from(printed.trim()),
+            image: Image::Given(image.to_path_buf()),
+            mount_point: None,
+        }
+    }
+
     /// The device node, `/dev/loopN`.
     pub fn path(&self) -> &Path {
         &self.path
@@ -51,7 +80,10 @@ impl LoopDevice {
 
     /// The image file behind the device.
     pub fn image_path(&self) -> &Path {
-        self.image.path()
+        match &self.image {
+            Image::Own(file) => file.path(),
+            Image::Given(path) => path,
+        }
     }
 
     /// Make an ext4 file system on the device and mount it on a temporary directory; None
@@ -85,42 +117,15 @@ impl Drop for LoopDevice {
         if let Some(dir) = &self.mount_point {
             let _ = Command::new("umount").arg(dir.path()).status();
         }
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
-    }
-}
-
-/// A ramfs mounted on a temporary folder (it refuses O_DIRECT), unmounted on drop.
-pub struct Ramfs {
-    dir: tempfile::TempDir,
-}
-
-impl Ramfs {
-    /// None (with a note) when it cannot be mounted here (not root).
-    pub fn new() -> Option<Ramfs> {
-        let dir = tempfile::tempdir().ok()?;
-        let mounted = nix::mount::mount(
-            Some("ramfs"),
-            dir.path(),
-            Some("ramfs"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        );
-        match mounted {
-            Ok(()) => Some(Ramfs { dir }),
-            Err(e) => {
-                eprintln!("skipping: cannot mount a ramfs: {e}");
-                None
+        // A device closed a moment ago (a daemon that just exited, an unmount) can still be
+        // busy for a while: retry for up to 5 s.
+        for _ in 0..50 {
+            let detached = Command::new("losetup").arg("-d").arg(&self.path).status();
+            if detached.is_ok_and(|s| s.success()) {
+                return;
             }
+            std::thread::sleep(Duration::from_millis(100));
         }
-    }
-
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Ramfs {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+        eprintln!("LoopDevice: could not detach {}", self.path.display());
     }
 }

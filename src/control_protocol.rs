@@ -1,4 +1,6 @@
-//! The control channel between a mount and the `dualfs-cleaner` daemon (or any tool).
+//! The protocol of a mount's control socket: what the `dualfs-cleaner` daemon and `dualfs
+//! sync`, `umount`, `remount` and `info` ask a running mount (the client, here), and what the
+//! mount program answers (its server is `cli/control_server.rs`).
 //!
 //! The mount daemon listens on a Unix stream socket, `/run/dualfs/<escaped mount point>.sock`
 //! (beside its pid file), mode 0600 and owned by the user who mounted. It serves only peers
@@ -22,7 +24,7 @@
 //! <- {"result":"remounted","read_only":true}
 //! ```
 
-use super::{Policy, ThresholdUpdate, Thresholds};
+use crate::fs::clean::policy::{Policy, ThresholdUpdate, Thresholds};
 use crate::run_dir::run_file_path;
 use serde::{Deserialize, Serialize};
 use std::io::{self, BufRead, BufReader, Write};
