@@ -5,8 +5,10 @@ use super::ids::IdAllocator;
 use super::node::Node;
 use super::policy::Policy;
 use super::read::{self, LeafRange};
+use super::state::{LoadMark, TreeState};
 use super::state_lock::{assert_not_held, StateLock};
-use super::txn::{Changes, Stop, Txn};
+use super::stop::Stop;
+use super::txn::Txn;
 use crate::error::err;
 use crate::format::node::{self as fmt, DirValue, Key, Message, MessageOp, Value};
 use crate::format::{NAME_MAX, ROOT_NODE_ID as ROOT};
@@ -93,63 +95,6 @@ impl DirtySnapshots {
             freed: self.freed,
         }
     }
-}
-
-/// Everything behind the tree lock.
-pub(crate) struct TreeState {
-    pub cache: NodeCache,
-    pub ids: IdAllocator,
-    /// Mutations committed so far (never reset, so a count taken before `reset_empty` never
-    /// matches one after it).
-    pub commits: u64,
-    /// Bumped by `reset_empty`: a load begun before it belongs to the old tree.
-    pub epoch: u64,
-}
-
-impl TreeState {
-    fn commit(&mut self, changes: Changes) {
-        for &id in &changes.allocated {
-            self.ids.claim(id);
-        }
-        for (id, node) in changes.stored {
-            self.cache.store_dirty(id, node);
-        }
-        for id in changes.freed {
-            // A node that is not cached was written and evicted (dirty and in-flight nodes
-            // stay cached): it has a block. Tree nodes are always cached when freed; value
-            // blocks are freed without being loaded.
-            let on_disk = !self.cache.contains(id) || self.cache.discard(id);
-            self.ids.release(id, on_disk);
-        }
-        self.commits += 1;
-    }
-
-    pub(crate) fn mark(&self) -> LoadMark {
-        LoadMark {
-            removals: self.cache.removal_mark(),
-            commits: self.commits,
-            epoch: self.epoch,
-        }
-    }
-
-    /// Which state of the tree this is: changes with every commit and reset.
-    pub(crate) fn version(&self) -> (u64, u64) {
-        (self.epoch, self.commits)
-    }
-
-    /// May a copy of `id` read from disk since `mark` be older than the tree's? (It was
-    /// evicted or freed meanwhile, or the whole tree was replaced.)
-    pub(crate) fn went_stale(&self, mark: LoadMark, id: u64) -> bool {
-        self.epoch != mark.epoch || self.cache.removed_since(mark.removals, id)
-    }
-}
-
-/// The state seen when a node was found missing, to judge a load that happens later.
-#[derive(Clone, Copy)]
-pub(crate) struct LoadMark {
-    removals: u64,
-    commits: u64,
-    epoch: u64,
 }
 
 /// The directory index (see the module documentation). `Send + Sync`: lookups and scans run
@@ -723,8 +668,7 @@ impl BeTree {
             Err(_) if state.cache.contains(id) => Ok(()),
             // The node may have been freed or moved meanwhile: look again from the root.
             Err(_)
-                if state.commits != mark.commits
-                    && pins.retried_failures < MAX_RETRIED_FAILURES =>
+                if state.committed_since(mark) && pins.retried_failures < MAX_RETRIED_FAILURES =>
             {
                 pins.retried_failures += 1;
                 Ok(())
