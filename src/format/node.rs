@@ -776,6 +776,44 @@ mod tests {
         }
     }
 
+    /// The bytes this encoder writes are the format's: pinned, so that no change to the code
+    /// (naming an offset, say) moves a field unnoticed.
+    #[test]
+    fn encoding_is_pinned() {
+        let delete_range = NodeImage {
+            level: 1,
+            body: NodeBody::Internal {
+                children: vec![2, 3],
+                pivots: vec![Key::lowest(6, 1 << 62)],
+                messages: vec![Message {
+                    key: Key::lowest(6, attr_range(6, 3).0.hash),
+                    op: MessageOp::DeleteRange(attr_range(6, 3).1),
+                }],
+            },
+        };
+        let value = NodeImage {
+            level: 0,
+            body: NodeBody::Value {
+                owner: 77,
+                data: Arc::from((0..3000u32).map(|i| i as u8).collect::<Vec<u8>>()),
+            },
+        };
+        for (id, node) in [(9, &delete_range), (12, &value)] {
+            assert_eq!(&decode(&encode(id, node, B), id).unwrap(), node);
+        }
+        let crcs = [
+            crc32fast::hash(&encode(42, &sample_leaf(), B)),
+            crc32fast::hash(&encode(8, &sample_internal(), B)),
+            crc32fast::hash(&encode(4, &sample_attrs(), B)),
+            crc32fast::hash(&encode(9, &delete_range, B)),
+            crc32fast::hash(&encode(12, &value, B)),
+        ];
+        assert_eq!(
+            crcs,
+            [0xce7c35ed, 0x1fe80642, 0xdfd97237, 0xf553e8a4, 0x0a019158]
+        );
+    }
+
     #[test]
     fn leaf_round_trip() {
         let node = sample_leaf();
