@@ -289,6 +289,33 @@ impl Summary {
 mod tests {
     use super::*;
 
+    /// One record of each type.
+    fn every_record() -> Vec<Record> {
+        vec![
+            Record::IFree {
+                ino: 5,
+                generation: 7,
+            },
+            Record::NFree { node: 8 },
+            Record::Dead {
+                addr: 900,
+                count: 3,
+            },
+            Record::DAlloc {
+                start: 10,
+                count: 20,
+            },
+            Record::DFree {
+                start: 40,
+                count: 2,
+            },
+            Record::GroupDirs {
+                group: 3,
+                delta: -1,
+            },
+        ]
+    }
+
     /// The bytes this encoder writes are the format's: pinned, so that no change to the code
     /// (naming an offset, say) moves a field unnoticed.
     #[test]
@@ -316,29 +343,7 @@ mod tests {
                     index: 520,
                 },
             ],
-            records: vec![
-                Record::IFree {
-                    ino: 5,
-                    generation: 7,
-                },
-                Record::NFree { node: 8 },
-                Record::Dead {
-                    addr: 900,
-                    count: 3,
-                },
-                Record::DAlloc {
-                    start: 10,
-                    count: 20,
-                },
-                Record::DFree {
-                    start: 40,
-                    count: 2,
-                },
-                Record::GroupDirs {
-                    group: 3,
-                    delta: -1,
-                },
-            ],
+            records: every_record(),
         };
         let b = s.encode(4096);
         assert_eq!(crc32fast::hash(&b), 0x74908c62);
@@ -355,29 +360,7 @@ mod tests {
                 index: i * 7,
             })
             .collect();
-        let records = vec![
-            Record::IFree {
-                ino: 5,
-                generation: 7,
-            },
-            Record::Dead {
-                addr: 900,
-                count: 3,
-            },
-            Record::DAlloc {
-                start: 10,
-                count: 20,
-            },
-            Record::DFree {
-                start: 40,
-                count: 2,
-            },
-            Record::NFree { node: 8 },
-            Record::GroupDirs {
-                group: 3,
-                delta: -1,
-            },
-        ];
+        let records = every_record();
         let n = Summary::blocks_needed(4096, descriptors.len(), records.len());
         assert_eq!(n, 2);
         let s = Summary {
