@@ -5,8 +5,9 @@
 //! as it does tree nodes. A record and the value blocks it names change in one mutation.
 
 use super::node::Node;
+use super::stop::Stop;
 use super::tree::{BeTree, NodeLoader};
-use super::txn::{Stop, Txn};
+use super::txn::Txn;
 use crate::format::node::{
     self as fmt, attr_inline_max, value_bytes_per_block, AttrValue, Key, Message, MessageOp,
     NodeBody, NodeImage, Value,

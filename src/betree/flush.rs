@@ -6,7 +6,8 @@
 //! whole mutation (`Stop::Miss`) and it runs again after the load.
 
 use super::node::{Node, Underflow};
-use super::txn::{Stop, Txn};
+use super::stop::Stop;
+use super::txn::Txn;
 use crate::format::node::{Key, Message};
 use crate::format::ROOT_NODE_ID as ROOT;
 

@@ -82,7 +82,9 @@ mod ids;
 mod node;
 mod policy;
 mod read;
+mod state;
 mod state_lock;
+mod stop;
 mod tree;
 mod txn;
 

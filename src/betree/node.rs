@@ -334,7 +334,7 @@ impl Node {
 
     pub fn underflow(&self, policy: &Policy) -> Underflow {
         if self.is_leaf() {
-            if self.bytes.saturating_sub(fmt::BODY_OFFSET) < policy.min_leaf_bytes {
+            if self.bytes.saturating_sub(fmt::at::BODY) < policy.min_leaf_bytes {
                 return Underflow::Soft;
             }
         } else {

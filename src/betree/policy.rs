@@ -1,7 +1,7 @@
 //! How full nodes may get: fanout, structure and underflow limits for a block size.
 //! The reasoning is in the module documentation of `betree`.
 
-use crate::format::node::BODY_OFFSET;
+use crate::format::node as fmt;
 use crate::format::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 
 #[derive(Clone, Debug)]
@@ -37,12 +37,12 @@ impl Policy {
             max_fanout,
             min_fanout: max_fanout / 3,
             max_structure_bytes: block_size / 2,
-            min_leaf_bytes: (block_size - BODY_OFFSET) / 4,
+            min_leaf_bytes: (block_size - fmt::at::BODY) / 4,
         }
     }
 
     /// Bytes of a block available to the body.
     pub fn usable(&self) -> usize {
-        self.block_size - BODY_OFFSET
+        self.block_size - fmt::at::BODY
     }
 }

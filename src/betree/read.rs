@@ -2,8 +2,8 @@
 //! shared lock and stop with `Stop::Miss` at the first node that is not cached.
 
 use super::node::apply_to_entries;
-use super::tree::TreeState;
-use super::txn::{check_child_level, Stop};
+use super::state::TreeState;
+use super::stop::{check_child_level, Stop};
 use crate::format::node::{Key, LeafEntry, Message, MessageOp, Value};
 use crate::format::ROOT_NODE_ID as ROOT;
 

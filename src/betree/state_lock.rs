@@ -6,7 +6,7 @@
 //! `lockcheck::RwLock` of rank `Rank::TREE`, so the device fence refuses any access under it,
 //! and `assert_not_held` — called where a node is loaded — says so where it matters most.
 
-use super::tree::TreeState;
+use super::state::TreeState;
 use crate::lockcheck::{self, Guard, Rank};
 use parking_lot::{RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use std::ops::{Deref, DerefMut};

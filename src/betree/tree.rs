@@ -5,12 +5,15 @@ use super::ids::IdAllocator;
 use super::node::Node;
 use super::policy::Policy;
 use super::read::{self, LeafRange};
+use super::state::{LoadMark, TreeState};
 use super::state_lock::{assert_not_held, StateLock};
-use super::txn::{Changes, Stop, Txn};
+use super::stop::Stop;
+use super::txn::Txn;
 use crate::error::err;
 use crate::format::node::{self as fmt, DirValue, Key, Message, MessageOp, Value};
 use crate::format::{NAME_MAX, ROOT_NODE_ID as ROOT};
 use crate::{FsError, Result};
+use std::ops::Deref;
 use std::sync::Arc;
 
 /// Reads the on-disk block of a node (the file system's log and node map).
@@ -93,63 +96,6 @@ impl DirtySnapshots {
             freed: self.freed,
         }
     }
-}
-
-/// Everything behind the tree lock.
-pub(crate) struct TreeState {
-    pub cache: NodeCache,
-    pub ids: IdAllocator,
-    /// Mutations committed so far (never reset, so a count taken before `reset_empty` never
-    /// matches one after it).
-    pub commits: u64,
-    /// Bumped by `reset_empty`: a load begun before it belongs to the old tree.
-    pub epoch: u64,
-}
-
-impl TreeState {
-    fn commit(&mut self, changes: Changes) {
-        for &id in &changes.allocated {
-            self.ids.claim(id);
-        }
-        for (id, node) in changes.stored {
-            self.cache.store_dirty(id, node);
-        }
-        for id in changes.freed {
-            // A node that is not cached was written and evicted (dirty and in-flight nodes
-            // stay cached): it has a block. Tree nodes are always cached when freed; value
-            // blocks are freed without being loaded.
-            let on_disk = !self.cache.contains(id) || self.cache.discard(id);
-            self.ids.release(id, on_disk);
-        }
-        self.commits += 1;
-    }
-
-    pub(crate) fn mark(&self) -> LoadMark {
-        LoadMark {
-            removals: self.cache.removal_mark(),
-            commits: self.commits,
-            epoch: self.epoch,
-        }
-    }
-
-    /// Which state of the tree this is: changes with every commit and reset.
-    pub(crate) fn version(&self) -> (u64, u64) {
-        (self.epoch, self.commits)
-    }
-
-    /// May a copy of `id` read from disk since `mark` be older than the tree's? (It was
-    /// evicted or freed meanwhile, or the whole tree was replaced.)
-    pub(crate) fn went_stale(&self, mark: LoadMark, id: u64) -> bool {
-        self.epoch != mark.epoch || self.cache.removed_since(mark.removals, id)
-    }
-}
-
-/// The state seen when a node was found missing, to judge a load that happens later.
-#[derive(Clone, Copy)]
-pub(crate) struct LoadMark {
-    removals: u64,
-    commits: u64,
-    epoch: u64,
 }
 
 /// The directory index (see the module documentation). `Send + Sync`: lookups and scans run
@@ -377,61 +323,53 @@ impl BeTree {
         if messages.is_empty() {
             return Ok(Preloaded { _pins: pins });
         }
-        loop {
-            let state = self.state.read();
+        let read = || self.state.read();
+        let (state, visited) = self.retry_on_miss(ld, &mut pins, read, |state| {
             // The common case: the root (never evicted) takes the message as it is.
             if let [message] = messages {
-                if self.fits_root(&state, message) {
-                    return Ok(Preloaded { _pins: pins });
+                if self.fits_root(state, message) {
+                    return Ok(Vec::new());
                 }
             }
             // The usual case on a tree that fits its cache: the dry run would find every node
             // cached and could only pin them against an eviction that cannot come.
-            if self.resident_with_headroom(&state) {
-                return Ok(Preloaded { _pins: pins });
+            if self.resident_with_headroom(state) {
+                return Ok(Vec::new());
             }
-            let mut txn = Txn::new(&state, &self.policy);
-            match messages
+            let mut txn = Txn::new(state, &self.policy);
+            messages
                 .iter()
-                .try_for_each(|m| txn.apply_at_root(m.clone()))
-            {
-                Ok(()) => {
-                    for id in txn.visited() {
-                        state.cache.pin(id);
-                        pins.ids.push(id);
-                    }
-                    return Ok(Preloaded { _pins: pins });
-                }
-                Err(Stop::Fail(e)) => return Err(e),
-                Err(Stop::Miss(id)) => {
-                    let mark = state.mark();
-                    drop(txn);
-                    drop(state);
-                    self.load(ld, id, mark, &mut pins)?;
-                }
-            }
+                .try_for_each(|m| txn.apply_at_root(m.clone()))?;
+            Ok(txn.visited())
+        })?;
+        for id in visited {
+            state.cache.pin(id);
+            pins.ids.push(id);
         }
+        drop(state);
+        Ok(Preloaded { _pins: pins })
     }
 
     /// `preload` of one node by id (the cleaner's `mark_dirty` of a node it moves): loaded if
     /// it is a node of the tree and not cached, and pinned.
     pub fn preload_node(&self, ld: &dyn NodeLoader, id: u64) -> Result<Preloaded<'_>> {
         let mut pins = self.pins();
-        loop {
-            let mark = {
-                let state = self.state.read();
-                if !state.ids.in_use(id) {
-                    return Ok(Preloaded { _pins: pins });
-                }
-                if state.cache.contains(id) {
-                    state.cache.pin(id);
-                    pins.ids.push(id);
-                    return Ok(Preloaded { _pins: pins });
-                }
-                state.mark()
-            };
-            self.load(ld, id, mark, &mut pins)?;
+        let read = || self.state.read();
+        let (state, cached) = self.retry_on_miss(ld, &mut pins, read, |state| {
+            if !state.ids.in_use(id) {
+                return Ok(false);
+            }
+            if state.cache.contains(id) {
+                return Ok(true);
+            }
+            Err(Stop::Miss(id))
+        })?;
+        if cached {
+            state.cache.pin(id);
+            pins.ids.push(id);
         }
+        drop(state);
+        Ok(Preloaded { _pins: pins })
     }
 
     /// Entries of `dir` with hash >= `start_hash`, in key order, at most `max` — except that
@@ -552,19 +490,21 @@ impl BeTree {
     /// nodes); loads it if needed. ENOENT if `id` is not a node of the tree.
     pub fn mark_dirty(&self, ld: &dyn NodeLoader, id: u64) -> Result<()> {
         let mut pins = self.pins();
-        loop {
-            let mark = {
-                let mut state = self.state.write();
-                if !state.ids.in_use(id) {
-                    return err!(ENOENT);
-                }
-                if state.cache.mark_dirty(id) {
-                    return Ok(());
-                }
-                state.mark()
-            };
-            self.load(ld, id, mark, &mut pins)?;
+        let write = || self.state.write();
+        let (state, in_use) = self.retry_on_miss(ld, &mut pins, write, |state| {
+            if !state.ids.in_use(id) {
+                return Ok(false);
+            }
+            if state.cache.mark_dirty(id) {
+                return Ok(true);
+            }
+            Err(Stop::Miss(id))
+        })?;
+        drop(state);
+        if !in_use {
+            return err!(ENOENT);
         }
+        Ok(())
     }
 
     pub fn next_node_id(&self) -> u64 {
@@ -602,18 +542,11 @@ impl BeTree {
         query: impl Fn(&TreeState) -> std::result::Result<T, Stop>,
     ) -> Result<T> {
         let mut pins = self.pins();
-        loop {
-            let state = self.state.read();
-            match query(&state) {
-                Ok(found) => return Ok(found),
-                Err(Stop::Fail(e)) => return Err(e),
-                Err(Stop::Miss(id)) => {
-                    let mark = state.mark();
-                    drop(state);
-                    self.load(ld, id, mark, &mut pins)?;
-                }
-            }
-        }
+        let read = || self.state.read();
+        let (state, found) = self.retry_on_miss(ld, &mut pins, read, |state| query(state))?;
+        // Unpinning takes the lock again.
+        drop(state);
+        Ok(found)
     }
 
     pub(crate) fn apply_message(&self, ld: &dyn NodeLoader, message: Message) -> Result<()> {
@@ -635,23 +568,41 @@ impl BeTree {
         change: impl Fn(&mut Txn) -> std::result::Result<(), Stop>,
     ) -> Result<()> {
         let mut pins = self.pins();
+        let upgradable = || self.state.upgradable_read();
+        let (state, changes) = self.retry_on_miss(ld, &mut pins, upgradable, |state| {
+            let mut txn = Txn::new(state, &self.policy);
+            change(&mut txn)?;
+            Ok(txn.finish())
+        })?;
+        let mut state = state.upgrade();
+        state.commit(changes);
+        state.cache.evict_to(self.cache_nodes);
+        Ok(())
+    }
+
+    /// The loop of every operation over cached nodes: take a guard with `lock` and run
+    /// `attempt` under it; when it stops at a missing node, drop the guard, load the node with
+    /// no lock held (pinned in `pins`) and run `attempt` again from the start, on the tree as it
+    /// is then. Returns the guard, still held, with what `attempt` returned.
+    fn retry_on_miss<G, T>(
+        &self,
+        ld: &dyn NodeLoader,
+        pins: &mut Pins,
+        lock: impl Fn() -> G,
+        mut attempt: impl FnMut(&mut G) -> std::result::Result<T, Stop>,
+    ) -> Result<(G, T)>
+    where
+        G: Deref<Target = TreeState>,
+    {
         loop {
-            let state = self.state.upgradable_read();
-            let mut txn = Txn::new(&state, &self.policy);
-            match change(&mut txn) {
-                Ok(()) => {
-                    let changes = txn.finish();
-                    let mut state = state.upgrade();
-                    state.commit(changes);
-                    state.cache.evict_to(self.cache_nodes);
-                    return Ok(());
-                }
+            let mut guard = lock();
+            match attempt(&mut guard) {
+                Ok(done) => return Ok((guard, done)),
                 Err(Stop::Fail(e)) => return Err(e),
                 Err(Stop::Miss(id)) => {
-                    let mark = state.mark();
-                    drop(txn);
-                    drop(state);
-                    self.load(ld, id, mark, &mut pins)?;
+                    let mark = guard.mark();
+                    drop(guard);
+                    self.load(ld, id, mark, pins)?;
                 }
             }
         }
@@ -723,8 +674,7 @@ impl BeTree {
             Err(_) if state.cache.contains(id) => Ok(()),
             // The node may have been freed or moved meanwhile: look again from the root.
             Err(_)
-                if state.commits != mark.commits
-                    && pins.retried_failures < MAX_RETRIED_FAILURES =>
+                if state.committed_since(mark) && pins.retried_failures < MAX_RETRIED_FAILURES =>
             {
                 pins.retried_failures += 1;
                 Ok(())

@@ -9,37 +9,16 @@
 
 use super::node::Node;
 use super::policy::Policy;
-use super::tree::TreeState;
-use crate::FsError;
+use super::state::{Changes, TreeState};
+use super::stop::{check_child_level, Stop};
 use foldhash::{HashMap, HashMapExt};
 use std::cell::RefCell;
-
-/// Why a mutation or a read stopped before finishing.
-#[derive(Debug)]
-pub(crate) enum Stop {
-    /// Node `id` must be loaded first; run again afterwards.
-    Miss(u64),
-    Fail(FsError),
-}
-
-impl From<FsError> for Stop {
-    fn from(e: FsError) -> Stop {
-        Stop::Fail(e)
-    }
-}
 
 enum Slot {
     Present(Node),
     /// Held by the code running now (a node on the current path).
     Taken,
     Freed,
-}
-
-/// What a successful mutation did, to be committed.
-pub(crate) struct Changes {
-    pub stored: Vec<(u64, Node)>,
-    pub allocated: Vec<u64>,
-    pub freed: Vec<u64>,
 }
 
 pub(crate) struct Txn<'a> {
@@ -195,23 +174,4 @@ impl<'a> Txn<'a> {
             freed: self.freed,
         }
     }
-}
-
-pub(crate) fn check_child_level(id: u64, node: &Node, parent_level: u8) -> Result<(), FsError> {
-    if node.is_value() {
-        return Err(FsError::corrupt(
-            "tree node",
-            format!("node {id} is a value block but sits in the tree"),
-        ));
-    }
-    if parent_level == 0 || node.level() != parent_level - 1 {
-        return Err(FsError::corrupt(
-            "tree node",
-            format!(
-                "node {id} has level {} under a node of level {parent_level}",
-                node.level()
-            ),
-        ));
-    }
-    Ok(())
 }

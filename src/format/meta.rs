@@ -82,7 +82,7 @@ pub fn decode_meta_block(b: &[u8], file: u64, index: u64) -> Result<&[u8]> {
 
 // ---- IFile header -------------------------------------------------------------------------
 
-/// IFile block 0. Offsets below are relative to the block body (FORMAT.md offset − 32).
+/// IFile block 0.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IfileHeader {
     pub segments: u64,
@@ -93,24 +93,36 @@ pub struct IfileHeader {
     pub live_inodes: u64,
 }
 
+/// Byte offsets of the IFile header's fields in the block body (docs/FORMAT.md gives them
+/// from the block's start, `HEADER_SIZE` more: `if_free_head` at 48 is `if_at::FREE_HEAD`).
+mod if_at {
+    pub const SEGMENTS: usize = 0;
+    pub const IMAP_ENTRIES: usize = 8;
+    pub const FREE_HEAD: usize = 16;
+    pub const FREE_COUNT: usize = 24;
+    pub const CLEAN_SEGMENTS: usize = 32;
+    pub const LIVE_INODES: usize = 40;
+}
+const _: () = assert!(if_at::LIVE_INODES + 8 <= MIN_BLOCK_SIZE as usize - HEADER_SIZE);
+
 impl IfileHeader {
     pub fn encode(&self, body: &mut [u8]) {
         body.fill(0);
-        put_u64(body, 0, self.segments);
-        put_u64(body, 8, self.imap_entries);
-        put_u64(body, 16, self.free_head);
-        put_u64(body, 24, self.free_count);
-        put_u64(body, 32, self.clean_segments);
-        put_u64(body, 40, self.live_inodes);
+        put_u64(body, if_at::SEGMENTS, self.segments);
+        put_u64(body, if_at::IMAP_ENTRIES, self.imap_entries);
+        put_u64(body, if_at::FREE_HEAD, self.free_head);
+        put_u64(body, if_at::FREE_COUNT, self.free_count);
+        put_u64(body, if_at::CLEAN_SEGMENTS, self.clean_segments);
+        put_u64(body, if_at::LIVE_INODES, self.live_inodes);
     }
     pub fn decode(body: &[u8]) -> IfileHeader {
         IfileHeader {
-            segments: get_u64(body, 0),
-            imap_entries: get_u64(body, 8),
-            free_head: get_u64(body, 16),
-            free_count: get_u64(body, 24),
-            clean_segments: get_u64(body, 32),
-            live_inodes: get_u64(body, 40),
+            segments: get_u64(body, if_at::SEGMENTS),
+            imap_entries: get_u64(body, if_at::IMAP_ENTRIES),
+            free_head: get_u64(body, if_at::FREE_HEAD),
+            free_count: get_u64(body, if_at::FREE_COUNT),
+            clean_segments: get_u64(body, if_at::CLEAN_SEGMENTS),
+            live_inodes: get_u64(body, if_at::LIVE_INODES),
         }
     }
 }
@@ -129,17 +141,28 @@ pub struct SegUsage {
     pub last_mod: u64,
 }
 
+/// Byte offsets of a segment usage entry's fields (`su_last_mod` is `su_at::LAST_MOD`).
+mod su_at {
+    pub const LIVE_BYTES: usize = 0;
+    pub const FLAGS: usize = 4;
+    pub const LAST_MOD: usize = 8;
+}
+const _: () = assert!(su_at::LAST_MOD + 8 == SegUsage::SIZE);
+
 impl SegUsage {
+    /// Bytes of one entry: `entries16_per_block` fit a block.
+    pub const SIZE: usize = 16;
+
     pub fn encode(&self, e: &mut [u8]) {
-        put_u32(e, 0, self.live_bytes);
-        put_u32(e, 4, self.flags);
-        put_u64(e, 8, self.last_mod);
+        put_u32(e, su_at::LIVE_BYTES, self.live_bytes);
+        put_u32(e, su_at::FLAGS, self.flags);
+        put_u64(e, su_at::LAST_MOD, self.last_mod);
     }
     pub fn decode(e: &[u8]) -> SegUsage {
         SegUsage {
-            live_bytes: get_u32(e, 0),
-            flags: get_u32(e, 4),
-            last_mod: get_u64(e, 8),
+            live_bytes: get_u32(e, su_at::LIVE_BYTES),
+            flags: get_u32(e, su_at::FLAGS),
+            last_mod: get_u64(e, su_at::LAST_MOD),
         }
     }
     pub fn is_clean(&self) -> bool {
@@ -161,19 +184,31 @@ pub struct ImapEntry {
     pub flags: u16,
 }
 
+/// Byte offsets of an inode map entry's fields (`im_slot` is `im_at::SLOT`).
+mod im_at {
+    pub const ADDR: usize = 0;
+    pub const GENERATION: usize = 8;
+    pub const SLOT: usize = 12;
+    pub const FLAGS: usize = 14;
+}
+const _: () = assert!(im_at::FLAGS + 2 == ImapEntry::SIZE);
+
 impl ImapEntry {
+    /// Bytes of one entry: `entries16_per_block` fit a block.
+    pub const SIZE: usize = 16;
+
     pub fn encode(&self, e: &mut [u8]) {
-        put_u64(e, 0, self.addr);
-        put_u32(e, 8, self.generation);
-        put_u16(e, 12, self.slot);
-        put_u16(e, 14, self.flags);
+        put_u64(e, im_at::ADDR, self.addr);
+        put_u32(e, im_at::GENERATION, self.generation);
+        put_u16(e, im_at::SLOT, self.slot);
+        put_u16(e, im_at::FLAGS, self.flags);
     }
     pub fn decode(e: &[u8]) -> ImapEntry {
         ImapEntry {
-            addr: get_u64(e, 0),
-            generation: get_u32(e, 8),
-            slot: get_u16(e, 12),
-            flags: get_u16(e, 14),
+            addr: get_u64(e, im_at::ADDR),
+            generation: get_u32(e, im_at::GENERATION),
+            slot: get_u16(e, im_at::SLOT),
+            flags: get_u16(e, im_at::FLAGS),
         }
     }
     pub fn allocated(&self) -> bool {
@@ -190,18 +225,30 @@ pub struct GroupDesc {
     pub flags: u32,
 }
 
+/// Byte offsets of a group descriptor's fields (`gd_dirs` is `gd_at::DIRS`); 20 reserved
+/// bytes follow them.
+mod gd_at {
+    pub const FREE_BLOCKS: usize = 0;
+    pub const DIRS: usize = 4;
+    pub const FLAGS: usize = 8;
+}
+const _: () = assert!(gd_at::FLAGS + 4 <= GroupDesc::SIZE);
+
 impl GroupDesc {
+    /// Bytes of one descriptor: `entries32_per_block` fit a block.
+    pub const SIZE: usize = 32;
+
     pub fn encode(&self, e: &mut [u8]) {
-        e[..32].fill(0);
-        put_u32(e, 0, self.free_blocks);
-        put_u32(e, 4, self.dirs);
-        put_u32(e, 8, self.flags);
+        e[..Self::SIZE].fill(0);
+        put_u32(e, gd_at::FREE_BLOCKS, self.free_blocks);
+        put_u32(e, gd_at::DIRS, self.dirs);
+        put_u32(e, gd_at::FLAGS, self.flags);
     }
     pub fn decode(e: &[u8]) -> GroupDesc {
         GroupDesc {
-            free_blocks: get_u32(e, 0),
-            dirs: get_u32(e, 4),
-            flags: get_u32(e, 8),
+            free_blocks: get_u32(e, gd_at::FREE_BLOCKS),
+            dirs: get_u32(e, gd_at::DIRS),
+            flags: get_u32(e, gd_at::FLAGS),
         }
     }
 }
@@ -220,6 +267,50 @@ pub fn check_count(what: &'static str, n: u64, max: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bytes this encoder writes are the format's: pinned, so that no change to the code
+    /// (naming an offset, say) moves a field unnoticed.
+    #[test]
+    fn encoding_is_pinned() {
+        let mut body = vec![0xffu8; 4096 - HEADER_SIZE];
+        IfileHeader {
+            segments: 1000,
+            imap_entries: 2 * 254,
+            free_head: 33,
+            free_count: 7,
+            clean_segments: 900,
+            live_inodes: 12345,
+        }
+        .encode(&mut body);
+        SegUsage {
+            live_bytes: 0x0102_0304,
+            flags: SEG_DIRTY | SEG_SUPERBLOCK,
+            last_mod: 1_700_000_000,
+        }
+        .encode(&mut body[64..80]);
+        ImapEntry {
+            addr: 1 << 40 | 5,
+            generation: 0x0a0b_0c0d,
+            slot: 3,
+            flags: IMAP_ALLOCATED | IMAP_ORPHAN,
+        }
+        .encode(&mut body[80..96]);
+        GroupDesc {
+            free_blocks: 32000,
+            dirs: 17,
+            flags: 0,
+        }
+        .encode(&mut body[96..128]);
+        let meta = encode_meta_block(IFILE_ID, 0, &body, 4096);
+        let ptrs: Vec<u64> = (0..508u64).map(|i| i * 1_000_003).collect();
+        let h = BlockHeader::new(BlockKind::Indirect, 2, 5, 520);
+        let crcs = [
+            crc32fast::hash(&meta),
+            crc32fast::hash(&encode_pointer_block(h, &ptrs, 4096)),
+            crc32fast::hash(&encode_symlink_block(9, 1, b"/a/b/c", 4096)),
+        ];
+        assert_eq!(crcs, [0x0996c2dc, 0x95a8b10a, 0x9ad7dd0c]);
+    }
 
     #[test]
     fn pointer_block_round_trip() {

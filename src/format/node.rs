@@ -10,14 +10,35 @@
 //! `encode` and `decode` share one validator (`validate`): what the encoder asserts is exactly
 //! what the decoder insists on, and the decoder turns every violation into `FsError::Corrupt`.
 
-use super::{BlockHeader, BlockKind, Reader, Writer, HEADER_SIZE, NAME_MAX};
+use super::{
+    get_u16, get_u32, put_u16, put_u32, BlockHeader, BlockKind, Reader, Writer, HEADER_SIZE,
+    MIN_BLOCK_SIZE, NAME_MAX,
+};
 use crate::{FsError, Result};
 use std::hash::Hasher;
 use std::sync::Arc;
 
-/// Where the body (entries, or child ids; a value block's bytes) starts; bytes 32..40 hold
-/// the counts (a value block: its length).
-pub const BODY_OFFSET: usize = 40;
+/// Byte offsets of a node block's fields after its header, named as in docs/FORMAT.md
+/// "B-epsilon tree node" and "`VALUE` block" (`vb_len` is `at::VALUE_LEN`).
+pub mod at {
+    /// u16: a leaf's entry count, an internal node's child count.
+    pub const COUNT: usize = 32;
+    /// u16: an internal node's message count; 0 in a leaf.
+    pub const MESSAGE_COUNT: usize = 34;
+    /// u32: a value block's byte count, where a node has its counts.
+    pub const VALUE_LEN: usize = 32;
+    /// Entries; child ids, pivots and messages; a value block's bytes. Reserved bytes (zero)
+    /// lie between the counts and here.
+    pub const BODY: usize = 40;
+}
+// The counts follow the header and end before the body, which starts inside any block.
+const _: () = assert!(
+    at::COUNT == HEADER_SIZE
+        && at::VALUE_LEN == HEADER_SIZE
+        && at::MESSAGE_COUNT + 2 <= at::BODY
+        && at::VALUE_LEN + 4 <= at::BODY
+        && at::BODY < MIN_BLOCK_SIZE as usize
+);
 /// A leaf entry without its name and tail: dir, hash, a (ino or value length), type, name_len.
 pub const ENTRY_FIXED: usize = 8 + 8 + 8 + 1 + 1;
 /// A pivot without its name: dir, hash, name_len.
@@ -79,7 +100,7 @@ pub fn attr_inline_max(block_size: usize) -> usize {
 
 /// Value bytes one `VALUE` block holds.
 pub fn value_bytes_per_block(block_size: usize) -> usize {
-    block_size - BODY_OFFSET
+    block_size - at::BODY
 }
 
 /// `VALUE` blocks a value of `len` bytes takes.
@@ -311,7 +332,7 @@ pub fn message_size(message: &Message) -> usize {
 impl NodeImage {
     /// Bytes the node occupies in its block, header included.
     pub fn encoded_len(&self) -> usize {
-        BODY_OFFSET
+        at::BODY
             + match &self.body {
                 NodeBody::Leaf { entries } => entries.iter().map(entry_size).sum::<usize>(),
                 NodeBody::Internal {
@@ -521,12 +542,19 @@ pub fn encode(id: u64, node: &NodeImage, block_size: usize) -> Vec<u8> {
         _ => BlockHeader::new(BlockKind::Node, node.level, id, 0),
     };
     header.write(&mut block);
-    let mut w = Writer::new(&mut block, HEADER_SIZE);
+    match &node.body {
+        NodeBody::Leaf { entries } => put_u16(&mut block, at::COUNT, entries.len() as u16),
+        NodeBody::Internal {
+            children, messages, ..
+        } => {
+            put_u16(&mut block, at::COUNT, children.len() as u16);
+            put_u16(&mut block, at::MESSAGE_COUNT, messages.len() as u16);
+        }
+        NodeBody::Value { data, .. } => put_u32(&mut block, at::VALUE_LEN, data.len() as u32),
+    }
+    let mut w = Writer::new(&mut block, at::BODY);
     match &node.body {
         NodeBody::Leaf { entries } => {
-            w.u16(entries.len() as u16);
-            w.u16(0);
-            w.u32(0);
             for entry in entries {
                 w.u64(entry.key.dir);
                 w.u64(entry.key.hash);
@@ -542,9 +570,6 @@ pub fn encode(id: u64, node: &NodeImage, block_size: usize) -> Vec<u8> {
             pivots,
             messages,
         } => {
-            w.u16(children.len() as u16);
-            w.u16(messages.len() as u16);
-            w.u32(0);
             for &child in children {
                 w.u64(child);
             }
@@ -572,11 +597,7 @@ pub fn encode(id: u64, node: &NodeImage, block_size: usize) -> Vec<u8> {
                 }
             }
         }
-        NodeBody::Value { data, .. } => {
-            w.u32(data.len() as u32);
-            w.u32(0);
-            w.bytes(data);
-        }
+        NodeBody::Value { data, .. } => w.bytes(data),
     }
     debug_assert_eq!(w.pos(), len, "encoded length disagrees with encoded_len");
     BlockHeader::seal(&mut block);
@@ -642,10 +663,10 @@ pub fn decode(block: &[u8], id: u64) -> Result<NodeImage> {
         );
     }
     let bs = block.len();
-    let mut r = Reader::new(block, HEADER_SIZE, "tree node");
+    // `BlockHeader::read` refused blocks too short to hold the counts.
+    let mut r = Reader::new(block, at::BODY, "tree node");
     if header.kind == BlockKind::Value {
-        let len = r.u32()? as usize;
-        r.u32()?; // reserved
+        let len = get_u32(block, at::VALUE_LEN) as usize;
         let node = NodeImage {
             level: 0,
             body: NodeBody::Value {
@@ -656,10 +677,9 @@ pub fn decode(block: &[u8], id: u64) -> Result<NodeImage> {
         validate(id, &node, bs)?;
         return Ok(node);
     }
-    let count = r.u16()? as usize;
-    let message_count = r.u16()? as usize;
-    r.u32()?; // reserved
-              // Counts come from the block: never reserve more than the block could hold.
+    let count = get_u16(block, at::COUNT) as usize;
+    let message_count = get_u16(block, at::MESSAGE_COUNT) as usize;
+    // Counts come from the block: never reserve more than the block could hold.
     let room = |fixed: usize, count: usize| count.min(block.len() / fixed);
     let body = if header.level == 0 {
         if message_count != 0 {
@@ -774,6 +794,44 @@ mod tests {
                 ],
             },
         }
+    }
+
+    /// The bytes this encoder writes are the format's: pinned, so that no change to the code
+    /// (naming an offset, say) moves a field unnoticed.
+    #[test]
+    fn encoding_is_pinned() {
+        let delete_range = NodeImage {
+            level: 1,
+            body: NodeBody::Internal {
+                children: vec![2, 3],
+                pivots: vec![Key::lowest(6, 1 << 62)],
+                messages: vec![Message {
+                    key: Key::lowest(6, attr_range(6, 3).0.hash),
+                    op: MessageOp::DeleteRange(attr_range(6, 3).1),
+                }],
+            },
+        };
+        let value = NodeImage {
+            level: 0,
+            body: NodeBody::Value {
+                owner: 77,
+                data: Arc::from((0..3000u32).map(|i| i as u8).collect::<Vec<u8>>()),
+            },
+        };
+        for (id, node) in [(9, &delete_range), (12, &value)] {
+            assert_eq!(&decode(&encode(id, node, B), id).unwrap(), node);
+        }
+        let crcs = [
+            crc32fast::hash(&encode(42, &sample_leaf(), B)),
+            crc32fast::hash(&encode(8, &sample_internal(), B)),
+            crc32fast::hash(&encode(4, &sample_attrs(), B)),
+            crc32fast::hash(&encode(9, &delete_range, B)),
+            crc32fast::hash(&encode(12, &value, B)),
+        ];
+        assert_eq!(
+            crcs,
+            [0xce7c35ed, 0x1fe80642, 0xdfd97237, 0xf553e8a4, 0x0a019158]
+        );
     }
 
     #[test]

@@ -6,10 +6,50 @@ use crate::{FsError, Result};
 pub const SS_MAGIC: u32 = 0x5353_4644;
 pub const SS_CONT: u16 = 1;
 pub const SS_CHECKPOINT: u16 = 2;
-const CRC_OFF: usize = 8;
-pub const SUMMARY_HEADER: usize = 72;
+pub const SUMMARY_HEADER: usize = at::DESCRIPTORS;
 pub const DESC_SIZE: usize = 24;
 pub const RECORD_SIZE: usize = 24;
+
+/// Byte offsets of the summary's fields, named as in docs/FORMAT.md "Segment summary"
+/// (`ss_next_segment` is `at::NEXT_SEGMENT`).
+mod at {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 4;
+    pub const FLAGS: usize = 6;
+    pub const SUM_CRC: usize = 8;
+    pub const DATA_CRC: usize = 12;
+    pub const SERIAL: usize = 16;
+    pub const CKPT_SERIAL: usize = 24;
+    pub const UUID_TAG: usize = 32;
+    pub const CREATE_NS: usize = 40;
+    pub const NEXT_SEGMENT: usize = 48;
+    pub const SUMMARY_BLOCKS: usize = 56;
+    pub const BLOCK_COUNT: usize = 60;
+    pub const RECORD_COUNT: usize = 64;
+    /// `ss_block_count` descriptors, then the records.
+    pub const DESCRIPTORS: usize = 72;
+}
+/// Offsets inside a descriptor.
+mod desc_at {
+    pub const KIND: usize = 0;
+    pub const LEVEL: usize = 1;
+    pub const OWNER: usize = 8;
+    pub const INDEX: usize = 16;
+}
+/// Offsets inside a record.
+mod record_at {
+    pub const TYPE: usize = 0;
+    pub const A: usize = 8;
+    pub const B: usize = 16;
+}
+// The header's last field ends before the descriptors (a reserved u32 between), and each
+// descriptor's and record's last field ends with it.
+const _: () = assert!(
+    at::RECORD_COUNT + 4 <= at::DESCRIPTORS
+        && desc_at::INDEX + 8 == DESC_SIZE
+        && record_at::B + 8 == RECORD_SIZE
+        && SUMMARY_HEADER <= MIN_BLOCK_SIZE as usize
+);
 
 /// What one block of a partial segment is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,14 +95,14 @@ impl Record {
             Record::GroupDirs { group, delta } => (6, group, delta as u64),
         };
         e[..RECORD_SIZE].fill(0);
-        e[0] = t;
-        put_u64(e, 8, a);
-        put_u64(e, 16, b);
+        e[record_at::TYPE] = t;
+        put_u64(e, record_at::A, a);
+        put_u64(e, record_at::B, b);
     }
 
     fn decode(e: &[u8]) -> Result<Record> {
-        let (a, b) = (get_u64(e, 8), get_u64(e, 16));
-        Ok(match e[0] {
+        let (a, b) = (get_u64(e, record_at::A), get_u64(e, record_at::B));
+        Ok(match e[record_at::TYPE] {
             // A generation is 32 bits; wider values are damage, and a generation of 0
             // (older logs) changes nothing.
             1 => Record::IFree {
@@ -132,31 +172,31 @@ impl Summary {
             "summary sized wrongly"
         );
         let mut b = vec![0u8; n * block_size as usize];
-        put_u32(&mut b, 0, SS_MAGIC);
-        put_u16(&mut b, 4, FORMAT_VERSION as u16);
-        put_u16(&mut b, 6, self.flags);
-        put_u32(&mut b, 12, self.data_crc);
-        put_u64(&mut b, 16, self.serial);
-        put_u64(&mut b, 24, self.ckpt_serial);
-        put_u64(&mut b, 32, self.uuid_tag);
-        put_u64(&mut b, 40, self.create_ns);
-        put_u64(&mut b, 48, self.next_segment);
-        put_u16(&mut b, 56, self.summary_blocks);
-        put_u32(&mut b, 60, self.descriptors.len() as u32);
-        put_u32(&mut b, 64, self.records.len() as u32);
-        let mut off = SUMMARY_HEADER;
+        put_u32(&mut b, at::MAGIC, SS_MAGIC);
+        put_u16(&mut b, at::VERSION, FORMAT_VERSION as u16);
+        put_u16(&mut b, at::FLAGS, self.flags);
+        put_u32(&mut b, at::DATA_CRC, self.data_crc);
+        put_u64(&mut b, at::SERIAL, self.serial);
+        put_u64(&mut b, at::CKPT_SERIAL, self.ckpt_serial);
+        put_u64(&mut b, at::UUID_TAG, self.uuid_tag);
+        put_u64(&mut b, at::CREATE_NS, self.create_ns);
+        put_u64(&mut b, at::NEXT_SEGMENT, self.next_segment);
+        put_u16(&mut b, at::SUMMARY_BLOCKS, self.summary_blocks);
+        put_u32(&mut b, at::BLOCK_COUNT, self.descriptors.len() as u32);
+        put_u32(&mut b, at::RECORD_COUNT, self.records.len() as u32);
+        let mut off = at::DESCRIPTORS;
         for d in &self.descriptors {
-            put_u8(&mut b, off, d.kind as u8);
-            put_u8(&mut b, off + 1, d.level);
-            put_u64(&mut b, off + 8, d.owner);
-            put_u64(&mut b, off + 16, d.index);
+            put_u8(&mut b, off + desc_at::KIND, d.kind as u8);
+            put_u8(&mut b, off + desc_at::LEVEL, d.level);
+            put_u64(&mut b, off + desc_at::OWNER, d.owner);
+            put_u64(&mut b, off + desc_at::INDEX, d.index);
             off += DESC_SIZE;
         }
         for r in &self.records {
             r.encode(&mut b[off..off + RECORD_SIZE]);
             off += RECORD_SIZE;
         }
-        seal_crc(&mut b, CRC_OFF);
+        seal_crc(&mut b, at::SUM_CRC);
         b
     }
 
@@ -166,24 +206,25 @@ impl Summary {
     /// earlier file system on the device.
     pub fn starts_here(first: &[u8], uuid_tag: u64) -> bool {
         first.len() >= SUMMARY_HEADER
-            && get_u32(first, 0) == SS_MAGIC
-            && get_u64(first, 32) == uuid_tag
+            && get_u32(first, at::MAGIC) == SS_MAGIC
+            && get_u64(first, at::UUID_TAG) == uuid_tag
     }
 
     /// Peek at the first summary block: how many summary blocks the whole summary has, or
     /// an error when this is not a summary of this file system.
     pub fn peek_len(first: &[u8], uuid_tag: u64) -> Result<usize> {
         let bad = |d: String| FsError::corrupt("segment summary", d);
-        if first.len() < SUMMARY_HEADER || get_u32(first, 0) != SS_MAGIC {
+        if first.len() < SUMMARY_HEADER || get_u32(first, at::MAGIC) != SS_MAGIC {
             return Err(bad("no summary here".into()));
         }
-        if get_u16(first, 4) as u32 != FORMAT_VERSION {
-            return Err(bad(format!("version {}", get_u16(first, 4))));
+        let version = get_u16(first, at::VERSION);
+        if version as u32 != FORMAT_VERSION {
+            return Err(bad(format!("version {version}")));
         }
-        if get_u64(first, 32) != uuid_tag {
+        if get_u64(first, at::UUID_TAG) != uuid_tag {
             return Err(bad("summary of another file system".into()));
         }
-        let n = get_u16(first, 56) as usize;
+        let n = get_u16(first, at::SUMMARY_BLOCKS) as usize;
         if n == 0 {
             return Err(bad("zero summary blocks".into()));
         }
@@ -198,11 +239,11 @@ impl Summary {
         if n * block_size != b.len() {
             return Err(bad("summary length mismatch".into()));
         }
-        if !check_crc(b, CRC_OFF) {
+        if !check_crc(b, at::SUM_CRC) {
             return Err(bad("summary CRC mismatch".into()));
         }
-        let nblocks = get_u32(b, 60) as usize;
-        let nrecords = get_u32(b, 64) as usize;
+        let nblocks = get_u32(b, at::BLOCK_COUNT) as usize;
+        let nrecords = get_u32(b, at::RECORD_COUNT) as usize;
         let need = SUMMARY_HEADER as u64
             + DESC_SIZE as u64 * nblocks as u64
             + RECORD_SIZE as u64 * nrecords as u64;
@@ -211,16 +252,16 @@ impl Summary {
                 "{nblocks} blocks and {nrecords} records in {n} summary blocks"
             )));
         }
-        let mut off = SUMMARY_HEADER;
+        let mut off = at::DESCRIPTORS;
         let mut descriptors = Vec::with_capacity(nblocks);
         for _ in 0..nblocks {
-            let kind =
-                BlockKind::from_u8(b[off]).ok_or_else(|| bad(format!("block kind {}", b[off])))?;
+            let raw = b[off + desc_at::KIND];
+            let kind = BlockKind::from_u8(raw).ok_or_else(|| bad(format!("block kind {raw}")))?;
             descriptors.push(Descriptor {
                 kind,
-                level: b[off + 1],
-                owner: get_u64(b, off + 8),
-                index: get_u64(b, off + 16),
+                level: b[off + desc_at::LEVEL],
+                owner: get_u64(b, off + desc_at::OWNER),
+                index: get_u64(b, off + desc_at::INDEX),
             });
             off += DESC_SIZE;
         }
@@ -230,13 +271,13 @@ impl Summary {
             off += RECORD_SIZE;
         }
         Ok(Summary {
-            flags: get_u16(b, 6),
-            data_crc: get_u32(b, 12),
-            serial: get_u64(b, 16),
-            ckpt_serial: get_u64(b, 24),
-            uuid_tag: get_u64(b, 32),
-            create_ns: get_u64(b, 40),
-            next_segment: get_u64(b, 48),
+            flags: get_u16(b, at::FLAGS),
+            data_crc: get_u32(b, at::DATA_CRC),
+            serial: get_u64(b, at::SERIAL),
+            ckpt_serial: get_u64(b, at::CKPT_SERIAL),
+            uuid_tag: get_u64(b, at::UUID_TAG),
+            create_ns: get_u64(b, at::CREATE_NS),
+            next_segment: get_u64(b, at::NEXT_SEGMENT),
             summary_blocks: n as u16,
             descriptors,
             records,
@@ -248,21 +289,14 @@ impl Summary {
 mod tests {
     use super::*;
 
-    #[test]
-    fn round_trip_multi_block() {
-        let descriptors: Vec<Descriptor> = (0..200)
-            .map(|i| Descriptor {
-                kind: BlockKind::Indirect,
-                level: 1,
-                owner: i,
-                index: i * 7,
-            })
-            .collect();
-        let records = vec![
+    /// One record of each type.
+    fn every_record() -> Vec<Record> {
+        vec![
             Record::IFree {
                 ino: 5,
                 generation: 7,
             },
+            Record::NFree { node: 8 },
             Record::Dead {
                 addr: 900,
                 count: 3,
@@ -275,12 +309,58 @@ mod tests {
                 start: 40,
                 count: 2,
             },
-            Record::NFree { node: 8 },
             Record::GroupDirs {
                 group: 3,
                 delta: -1,
             },
-        ];
+        ]
+    }
+
+    /// The bytes this encoder writes are the format's: pinned, so that no change to the code
+    /// (naming an offset, say) moves a field unnoticed.
+    #[test]
+    fn encoding_is_pinned() {
+        let s = Summary {
+            flags: SS_CONT | SS_CHECKPOINT,
+            data_crc: 0xdead_beef,
+            serial: 99,
+            ckpt_serial: 4,
+            uuid_tag: 0x0123_4567_89ab_cdef,
+            create_ns: 1_700_000_000_123_456_789,
+            next_segment: 17,
+            summary_blocks: 1,
+            descriptors: vec![
+                Descriptor {
+                    kind: BlockKind::Node,
+                    level: 2,
+                    owner: 300,
+                    index: 0,
+                },
+                Descriptor {
+                    kind: BlockKind::Indirect,
+                    level: 1,
+                    owner: 5,
+                    index: 520,
+                },
+            ],
+            records: every_record(),
+        };
+        let b = s.encode(4096);
+        assert_eq!(crc32fast::hash(&b), 0x74908c62);
+        assert_eq!(Summary::decode(&b, s.uuid_tag).unwrap(), s);
+    }
+
+    #[test]
+    fn round_trip_multi_block() {
+        let descriptors: Vec<Descriptor> = (0..200)
+            .map(|i| Descriptor {
+                kind: BlockKind::Indirect,
+                level: 1,
+                owner: i,
+                index: i * 7,
+            })
+            .collect();
+        let records = every_record();
         let n = Summary::blocks_needed(4096, descriptors.len(), records.len());
         assert_eq!(n, 2);
         let s = Summary {
