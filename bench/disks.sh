@@ -6,8 +6,9 @@
 # (bench/fuse-tools; the paper5400 parameter set by default: a 5,400 RPM IDE disk of the
 # paper's time), and on split configurations with their metadata on a simulated SSD.
 #
-#   bench/disks.sh --quick                       # CI size (about 3-4 minutes): PostMark at a tenth of the
-#                                                # paper's size + a cold scan of a generated tree of 500 files
+#   bench/disks.sh --quick                       # CI size (about 3 minutes): PostMark at a tenth of the paper's
+#                                                # size + a cold scan of a generated tree of 500 files, on
+#                                                # ext2, ext4, dualfs, ext4-ssdjournal, dualfs-ssdmeta
 #   bench/disks.sh                               # every phase, every configuration (hours on paper5400)
 #   bench/disks.sh --phases postmark --fs "ext2 dualfs"   # what this script did before its phases
 #   bench/disks.sh --phases "kc-1p kc-8p" --configs "ext4 dualfs" --out DIR
@@ -38,7 +39,7 @@
 #   of N files as the cleaner's, read whole.
 #
 # Configurations (--configs or --fs "LIST"; default: ext2 ext3 ext4 xfs dualfs ext4-ssdjournal
-# xfs-rt dualfs-ssdmeta):
+# xfs-rt dualfs-ssdmeta; --quick: ext2 ext4 dualfs ext4-ssdjournal dualfs-ssdmeta):
 #   one disk (an HDD of --model): ext2, ext3, ext4, xfs (kernel, their image at address 0,
 #     through a loop device with direct I/O), dualfs (metadata partition at address 0, data
 #     partition right after it, both opened by DualFS on the disk), dualfs-wb (the same with
@@ -121,7 +122,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1 FILES=2000 TRANSACTIONS=5000 SUBDIRS=10; shift ;;
         --phases) PHASES=$2; PHASES_GIVEN=1; shift 2 ;;
-        --configs | --fs) CONFIGS=$2; shift 2 ;;
+        --configs | --fs) CONFIGS=$2; CONFIGS_GIVEN=1; shift 2 ;;
         --files) FILES=$2; shift 2 ;;
         --transactions) TRANSACTIONS=$2; shift 2 ;;
         --subdirs) SUBDIRS=$2; shift 2 ;;
@@ -150,6 +151,7 @@ while [ $# -gt 0 ]; do
 done
 if [ -n "$QUICK" ]; then
     [ -n "${PHASES_GIVEN:-}" ] || PHASES="postmark cold-scan"
+    [ -n "${CONFIGS_GIVEN:-}" ] || CONFIGS="ext2 ext4 dualfs ext4-ssdjournal dualfs-ssdmeta"
     [ -n "$TREE_FILES" ] || TREE_FILES=500
 fi
 for p in $PHASES; do
@@ -202,6 +204,8 @@ bench_build
 [ -x "$DISKMODEL_BIN" ] || bench_die "diskmodel was not built: ${BENCH_FUSE_TOOLS_ERR:-see bench/fuse-tools}"
 HDD_PARAMS=$("$DISKMODEL_BIN" --show "$HDD_SPEC_BASE,capacity=$P_CAPACITY" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["params"]))') ||
     bench_die "bad disk model: $HDD_SPEC_BASE"
+HDD_PARAMS_T=$("$DISKMODEL_BIN" --show "$HDD_SPEC_BASE,capacity=$T_CAPACITY" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["params"]))') ||
+    bench_die "bad disk model: $HDD_SPEC_BASE,capacity=$T_CAPACITY"
 SSD_PARAMS=$("$DISKMODEL_BIN" --show "$SSD_MODEL" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["params"]))') ||
     bench_die "bad disk model: $SSD_MODEL"
 bench_out_init "$OUT" disks
@@ -754,6 +758,7 @@ EOF
 echo
 echo "DualFS and kernel file systems on simulated disks; 1 round each; $(nproc) CPUs, kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 echo "HDD: $HDD_SPEC_BASE (capacity $P_CAPACITY for PostMark and the cleaner, $T_CAPACITY for the Linux tree); parameters: $HDD_PARAMS"
+[ -z "$NEED_LINUX" ] || echo "HDD parameters with the Linux tree: $HDD_PARAMS_T"
 [ -z "$SPLIT_RAN" ] || echo "SSD (split configurations): $SSD_MODEL; parameters: $SSD_PARAMS"
 echo "Space: PostMark and the cleaner $P_IMAGE per file system, the Linux tree $T_IMAGE; DualFS's metadata partition $P_META / $T_META of it (the cleaner: $CLEANER_META), at address 0 of the HDD (split: at address 0 of the SSD), data after it"
 mem_text() { if [ -n "$1" ]; then echo "$(($1 >> 10)) KiB"; else echo "unlimited"; fi; }
