@@ -890,6 +890,8 @@ for phase in $PHASES; do
     done
 done
 for c in "${!BENCH_SKIP[@]}"; do bench_row "$c" all skipped 1 note; done
-CHART_WHAT="$(echo "$PHASES" | wc -w) phases on $HDD_SPEC_BASE$([ -n "$SPLIT_RAN" ] && echo " (split: the HDD's)")"
+SPLIT_NOTE=""
+[ -z "$SPLIT_RAN" ] || SPLIT_NOTE=" (split: the HDD's)"
+CHART_WHAT="$(echo "$PHASES" | wc -w) phases on $HDD_SPEC_BASE$SPLIT_NOTE"
 bench_chart disk_io_seconds "Disk I/O time, $CHART_WHAT" "disk I/O time"
 BENCH_CHART_SUFFIX=wall bench_chart wall_seconds "Wall time, $CHART_WHAT" "wall time"
