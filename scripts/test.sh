@@ -7,6 +7,7 @@
 #      configuration with --out, on every file system bench/ sets up (DualFS with and without
 #      writeback cache, kernel ext2/ext3/ext4, fuse2fs, the in-repo memfs ceiling), checking
 #      that its CSV has figures of every one and that its chart was drawn (about a minute);
+#      and bench/disks.sh --quick, the paper's experiment on simulated disks (about 4 minutes);
 #   4. each cargo-fuzz target for a few seconds (fuzz/run.sh; cargo-fuzz on stable Rust via
 #      RUSTC_BOOTSTRAP=1, installed if missing). The seeded hostile-image test in step 1 is
 #      the deterministic part; this catches what a short random run finds.
@@ -36,6 +37,12 @@ benchmark_check() {
         tee "$bench_out/postmark.txt" &&
         bench/check-out.sh "$bench_out" postmark "dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
 }
+disk_benchmark_check() {
+    # The paper's experiment at its CI size: PostMark and a cold scan on simulated disks.
+    bench/disks.sh --quick --out "$bench_out" | tee "$bench_out/disks.txt" &&
+        bench/check-out.sh "$bench_out" disks "ext2 ext4 dualfs ext4-ssdjournal dualfs-ssdmeta" \
+            postmark disk_io_seconds
+}
 # Build every binary first: integration tests run the sibling crates' programs
 # (dualfs-cleaner, mkfs-dualfs, fsck-dualfs), which `cargo test` alone only builds as test
 # harnesses, not as target/release/<name>.
@@ -56,6 +63,7 @@ run_step "tests again with -o writeback_cache" env DUALFS_TEST_EXTRA_OPTS=writeb
 bench_out=$(mktemp -d "${TMPDIR:-/var/tmp}/dualfs-test-bench.XXXXXX")
 trap 'rm -rf "$bench_out"' EXIT
 run_step "benchmark check (bench/postmark.sh --out, bench/check-out.sh)" benchmark_check
+run_step "disk benchmark check (bench/disks.sh --quick, bench/check-out.sh)" disk_benchmark_check
 run_step "fuzz (fuzz/run.sh)" fuzz/run.sh "${DUALFS_FUZZ_SECONDS:-5}"
 echo "=== scripts/test.sh: summary"
 printf '%s\n' "${summary[@]}"

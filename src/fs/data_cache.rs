@@ -65,6 +65,8 @@ impl FileCache {
 const WRITEBACK_BATCH: usize = 256;
 /// The largest request a write-back sends to the data device, in bytes.
 const WRITEBACK_REQUEST_MAX: usize = 1 << 20;
+/// How many requests a write-back keeps in flight (a disk's command queue orders them).
+const WRITEBACK_QUEUE: usize = 8;
 
 /// A cached block as a write-back copies it out of the cache.
 struct CachedCopy {
@@ -95,6 +97,46 @@ pub(crate) struct DataCache {
     /// Sum of the files' `charge`.
     charge: AtomicU64,
     files: NoIoMutex<BTreeMap<u64, Arc<InodeEntry>>>,
+    /// The partial last blocks of files written back: at most half the budget more.
+    tails: NoIoMutex<Tails>,
+}
+
+/// A written-back file's last block as it went to the device, up to the file's end: an
+/// append to the file needs those bytes and would otherwise read them back (on a disk, a
+/// seek and a rotation for a few bytes the daemon just had). The kernel keeps such pages
+/// in its page cache; the daemon keeps only these.
+struct CleanTail {
+    /// File block number and its data block.
+    n: u64,
+    addr: u64,
+    /// The file's size when the block was written back: the copy holds `size % bs` bytes
+    /// and is used only while the size is the same.
+    size: u64,
+    bytes: Vec<u8>,
+}
+
+/// Clean tails by inode number, least recently written back first.
+struct Tails {
+    lru: lru::LruCache<u64, CleanTail>,
+    bytes: u64,
+}
+
+impl Tails {
+    fn remove(&mut self, ino: u64) {
+        if let Some(t) = self.lru.pop(&ino) {
+            self.bytes -= t.bytes.len() as u64;
+        }
+    }
+
+    /// Let go of the oldest tails until they take at most `room` bytes.
+    fn trim(&mut self, room: u64) {
+        while self.bytes > room {
+            let Some((_, t)) = self.lru.pop_lru() else {
+                break;
+            };
+            self.bytes -= t.bytes.len() as u64;
+        }
+    }
 }
 
 impl DataCache {
@@ -104,8 +146,86 @@ impl DataCache {
             bytes: AtomicU64::new(0),
             charge: AtomicU64::new(0),
             files: NoIoMutex::new("data cache files", BTreeMap::new()),
+            tails: NoIoMutex::new(
+                "data cache tails",
+                Tails {
+                    lru: lru::LruCache::unbounded(),
+                    bytes: 0,
+                },
+            ),
         }
     }
+
+    /// Keep `bytes`, the last `size % bs` bytes of file `ino` as just written back to data
+    /// block `addr` (its block `n`), letting go of the least recently kept tails beyond
+    /// half the budget. (Not within the budget: the dirty data fills it between its
+    /// write-backs, and would push every tail out just before the appends that need it.)
+    fn keep_tail(&self, ino: u64, n: u64, addr: u64, size: u64, bytes: &[u8]) {
+        let room = self.budget / 2;
+        if bytes.len() as u64 > room {
+            return;
+        }
+        let mut tails = self.tails.lock();
+        tails.remove(ino);
+        tails.bytes += bytes.len() as u64;
+        let tail = CleanTail {
+            n,
+            addr,
+            size,
+            bytes: bytes.to_vec(),
+        };
+        tails.lru.put(ino, tail);
+        tails.trim(room);
+    }
+
+    /// Copy file `ino`'s bytes of block `n` at data block `addr`, the file being `size`
+    /// long, into `buf` if a tail holds them.
+    fn read_tail(&self, ino: u64, n: u64, addr: u64, size: u64, buf: &mut [u8]) -> bool {
+        let tails = self.tails.lock();
+        match tails.lru.peek(&ino) {
+            Some(t) if t.n == n && t.addr == addr && t.size == size => {
+                debug_assert_eq!(buf.len(), t.bytes.len(), "inode {ino}: tail of block {n}");
+                buf.copy_from_slice(&t.bytes);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Copy what a tail holds of file range [offset, end) in block `n` (of `bs` bytes, at
+    /// data block `addr`) of file `ino`, `size` bytes long, into `buf` (which holds that
+    /// range); false if no tail holds the block as it is now.
+    pub(crate) fn read_tail_range(
+        &self,
+        ino: u64,
+        (n, addr, size, bs): (u64, u64, u64, u64),
+        buf: &mut [u8],
+        offset: u64,
+        end: u64,
+    ) -> bool {
+        let tails = self.tails.lock();
+        let Some(t) = tails.lru.peek(&ino) else {
+            return false;
+        };
+        if t.n != n || t.addr != addr || t.size != size {
+            return false;
+        }
+        let (a, z) = in_block(n, bs, offset, end).expect("a block of the range");
+        assert!(
+            z <= t.bytes.len(),
+            "inode {ino}: read of block {n} to {z} past its end"
+        );
+        let at = (n * bs + a as u64 - offset) as usize;
+        buf[at..at + (z - a)].copy_from_slice(&t.bytes[a..z]);
+        true
+    }
+
+    /// File `ino`'s data on the device changes other than by a write-back, or it is freed:
+    /// its tail, if any, may no longer be what the device holds.
+    pub(crate) fn forget_tail(&self, ino: u64) {
+        self.tails.lock().remove(ino);
+    }
+
 
     pub(crate) fn enabled(&self) -> bool {
         self.budget > 0
@@ -199,7 +319,12 @@ impl Fs {
             if let DataPtr::Written(addr) = ptr {
                 // Its bytes before the end of the file that the write leaves.
                 let keep = size.saturating_sub(n * bs).min(bs) as usize;
-                if keep > 0 && (a > 0 || z < keep) {
+                if keep > 0
+                    && (a > 0 || z < keep)
+                    && !self
+                        .cache
+                        .read_tail(e.ino, n, addr, size, &mut block[..keep])
+                {
                     self.alloc.dev().read_at(&mut block[..keep], addr * bs)?;
                 }
             }
@@ -262,6 +387,10 @@ impl Fs {
         drop(st);
         self.cache.bytes.fetch_add(added, Ordering::AcqRel);
         self.cache.charge.fetch_add(charge, Ordering::AcqRel);
+        if added > 0 {
+            // Its last block is cached again, or the file grew past it.
+            self.cache.forget_tail(e.ino);
+        }
         if newly {
             self.cache.files.lock().insert(e.ino, e.clone());
         }
@@ -278,6 +407,7 @@ impl Fs {
         keep: u64,
         size: u64,
     ) {
+        self.cache.forget_tail(e.ino);
         let Some(c) = st.cache.as_mut() else {
             return;
         };
@@ -432,9 +562,10 @@ impl Fs {
         }))
     }
 
-    /// Write the planned blocks of `plans` to the data device in address order, each run of
-    /// consecutive whole blocks in one request (at most `WRITEBACK_REQUEST_MAX` bytes). On
-    /// an error the data stays cached and its blocks promised again.
+    /// Write the planned blocks of `plans` to the data device, each run of consecutive
+    /// whole blocks in one request (at most `WRITEBACK_REQUEST_MAX` bytes), up to
+    /// `WRITEBACK_QUEUE` requests in flight, taken in address order. On an error the data
+    /// stays cached and its blocks promised again.
     fn writeback_write(&self, plans: &[WritebackPlan]) -> Result<()> {
         let bs = self.sb.block_size as u64;
         let mut order: Vec<(u64, usize, usize)> = plans
@@ -443,6 +574,7 @@ impl Fs {
             .flat_map(|(i, p)| p.addrs.iter().enumerate().map(move |(k, &a)| (a, i, k)))
             .collect();
         order.sort_unstable();
+        let mut requests: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut i = 0;
         while i < order.len() {
             let (first, pi, k) = order[i];
@@ -461,14 +593,42 @@ impl Fs {
                 buf.extend_from_slice(&plans[pj].blocks[kj].data[..plans[pj].lens[kj]]);
                 j += 1;
             }
-            if let Err(err) = self.alloc.dev().write_at(&buf, first * bs) {
-                self.writeback_undo(plans);
-                return Err(err.into());
-            }
+            requests.push((first * bs, buf));
             i = j;
+        }
+        if let Err(err) = self.write_requests(&requests) {
+            self.writeback_undo(plans);
+            return Err(err.into());
         }
         self.alloc.mark_written();
         Ok(())
+    }
+
+    /// Send `requests` (offset, bytes) to the data device, up to `WRITEBACK_QUEUE` at once:
+    /// a disk that sees several queued orders them by its head's position, where requests
+    /// sent one after another would each wait for its sector to come round again.
+    fn write_requests(&self, requests: &[(u64, Vec<u8>)]) -> std::io::Result<()> {
+        let dev = self.alloc.dev();
+        if requests.len() == 1 {
+            return dev.write_at(&requests[0].1, requests[0].0);
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failed: NoIoMutex<Option<std::io::Error>> = NoIoMutex::new("write-back error", None);
+        std::thread::scope(|scope| {
+            for _ in 0..WRITEBACK_QUEUE.min(requests.len()) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::AcqRel);
+                    let Some((at, buf)) = requests.get(i) else {
+                        break;
+                    };
+                    if let Err(err) = dev.write_at(buf, *at) {
+                        failed.lock().get_or_insert(err);
+                        break;
+                    }
+                });
+            }
+        });
+        failed.into_inner().map_or(Ok(()), Err)
     }
 
     /// Give back what `plans` allocated: their data stays cached, its blocks promised again.
@@ -487,6 +647,7 @@ impl Fs {
             blocks,
             addrs,
             fresh,
+            lens,
             runs,
             ..
         } = plan;
@@ -518,12 +679,27 @@ impl Fs {
             e.ino
         );
         self.mark_dirty(&e, &mut st);
+        let size = st.d.size;
         drop(st);
         self.cache
             .bytes
             .fetch_sub(blocks.len() as u64 * bs, Ordering::AcqRel);
         self.cache.charge.fetch_sub(c.charge, Ordering::AcqRel);
         self.forget_cached(&e);
+        // The block that holds a partial end of the file, as it went to the device.
+        if size % bs != 0 {
+            let last = (size - 1) / bs;
+            if let Some(k) = blocks.iter().position(|b| b.n == last) {
+                let len = (size % bs) as usize;
+                assert!(
+                    lens[k] >= len,
+                    "inode {}: tail of block {last} written",
+                    e.ino
+                );
+                let bytes = &blocks[k].data[..len];
+                self.cache.keep_tail(e.ino, last, addrs[k], size, bytes);
+            }
+        }
     }
 
     /// Write `e`'s cached data back (takes its op lock: the caller holds none of a higher
@@ -541,6 +717,18 @@ impl Fs {
     /// every batch was tried.
     pub(crate) fn writeback_all(&self) -> Result<()> {
         self.writeback_batches(self.cache.files())
+    }
+
+    /// Write back the files whose write-back will dirty indirect blocks (their charge
+    /// counts in the log's pending space): what a writer short of log room needs written.
+    pub(crate) fn writeback_charged(&self) -> Result<()> {
+        let charged: Vec<Arc<InodeEntry>> = self
+            .cache
+            .files()
+            .into_iter()
+            .filter(|e| e.state.read().cache.as_ref().is_some_and(|c| c.charge > 0))
+            .collect();
+        self.writeback_batches(charged)
     }
 
     /// Write back the files whose oldest cached data is `age` old or older (the periodic

@@ -9,11 +9,12 @@ use super::*;
 use crate::device::{BlockDevice, MemDevice};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A device that counts the bytes written to it, and the write requests.
+/// A device that counts the bytes written to it, the write requests, and the reads.
 struct Counting {
     inner: MemDevice,
     written: AtomicU64,
     requests: AtomicU64,
+    reads: AtomicU64,
 }
 
 impl BlockDevice for Counting {
@@ -21,6 +22,7 @@ impl BlockDevice for Counting {
         self.inner.size()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.reads.fetch_add(1, Ordering::AcqRel);
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
@@ -40,6 +42,7 @@ fn counting_devices() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Counti
         inner: MemDevice::new(64 << 20),
         written: AtomicU64::new(0),
         requests: AtomicU64::new(0),
+        reads: AtomicU64::new(0),
     });
     let d: Arc<dyn BlockDevice> = data.clone();
     crate::mkfs::mkfs(m.clone(), d.clone(), &crate::mkfs::MkfsParams::default()).unwrap();
@@ -218,6 +221,139 @@ fn small_files_are_written_back_packed_in_few_requests() {
             pattern(5_000, i as u8)
         );
         fs.release(a.ino, fh).unwrap();
+    }
+    fs.unmount().unwrap();
+}
+
+/// An append to a file whose partial last block was written back takes that block's bytes
+/// from the tail kept in memory, not from the device (PostMark's appends: on a disk, a seek
+/// and a rotation each), and so does a read of that block; with no room in the budget they
+/// read the device, and get the same bytes.
+#[test]
+fn appends_and_reads_of_a_written_back_tail_read_nothing_from_the_device() {
+    for budget in [64 << 20, 16 << 10] {
+        let (m, d, data) = counting_devices();
+        let fs = Fs::mount(m.clone(), d.clone(), quiet(budget)).unwrap();
+        let files = 100;
+        let mut want = Vec::new();
+        for i in 0..files {
+            let (ino, fh) = create(&fs, &format!("a{i}"));
+            let first = pattern(6_000 + i * 10, i as u8);
+            fs.write(ino, fh, 0, &first).unwrap();
+            fs.release(ino, fh).unwrap();
+            want.push((ino, first));
+        }
+        fs.sync().unwrap();
+        let before = data.reads.load(Ordering::Acquire);
+        // A read of the end of the file (the page the kernel asks for again) is served
+        // from the tail too.
+        for (ino, w) in &want {
+            let fh = fs.open(&U, *ino, libc::O_RDONLY).unwrap();
+            let at = w.len() as u64 - 100;
+            assert_eq!(fs.read(*ino, fh, at, 4096).unwrap(), w[at as usize..]);
+            fs.release(*ino, fh).unwrap();
+        }
+        for (i, (ino, w)) in want.iter_mut().enumerate() {
+            let fh = fs.open(&U, *ino, libc::O_RDWR).unwrap();
+            let more = pattern(700, 100 + i as u8);
+            fs.write(*ino, fh, w.len() as u64, &more).unwrap();
+            w.extend_from_slice(&more);
+            fs.release(*ino, fh).unwrap();
+        }
+        let reads = data.reads.load(Ordering::Acquire) - before;
+        if budget == 64 << 20 {
+            assert_eq!(reads, 0, "appends to {files} written-back files");
+        } else {
+            // 16 KiB: room for the tails of a few files only.
+            assert!(reads > 0, "appends with no room for tails read nothing");
+        }
+        fs.sync().unwrap();
+        for (ino, w) in &want {
+            let fh = fs.open(&U, *ino, libc::O_RDONLY).unwrap();
+            assert_eq!(&fs.read(*ino, fh, 0, 20_000).unwrap(), w, "budget {budget}");
+            fs.release(*ino, fh).unwrap();
+        }
+        fs.unmount().unwrap();
+        check(&m, &d, "after unmount");
+    }
+}
+
+/// A kept tail stands for the device's bytes only while nothing else changes them: a
+/// truncate (down, then up: zeros), a punched hole or zeroed range, a copied hole, a freed and reused
+/// inode number; appends after each read what the file holds, before and after a remount.
+#[test]
+fn a_kept_tail_never_outlives_the_bytes_it_copies() {
+    let (m, d) = devices(32, 64);
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
+    let attr = |size| SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    let mut files = Vec::new();
+    for (k, name) in ["trunc", "punch", "zero", "copy", "reuse"]
+        .iter()
+        .enumerate()
+    {
+        let (ino, fh) = create(&fs, name);
+        let w = pattern(10_000, k as u8);
+        fs.write(ino, fh, 0, &w).unwrap();
+        files.push((ino, fh, w));
+    }
+    fs.sync().unwrap(); // every tail (bytes 8192..10000) kept
+                        // Truncate down and back up: the bytes between read as zeros.
+    let ino = files[0].0;
+    fs.setattr(&U, ino, &attr(9_000)).unwrap();
+    fs.setattr(&U, ino, &attr(10_000)).unwrap();
+    files[0].2[9_000..].fill(0);
+    // A hole over the tail's first bytes; zeros written over its last.
+    let (ino, fh, _) = files[1];
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    fs.fallocate(ino, fh, 8_192, 1_000, punch).unwrap();
+    files[1].2[8_192..9_192].fill(0);
+    let (ino, fh, _) = files[2];
+    fs.fallocate(ino, fh, 9_000, 1_000, libc::FALLOC_FL_ZERO_RANGE)
+        .unwrap();
+    files[2].2[9_000..].fill(0);
+    // A copy of a hole over the tail punches it.
+    let (src, sfh) = create(&fs, "holey");
+    fs.write(src, sfh, 13_000, b"x").unwrap();
+    fs.sync().unwrap();
+    let (ino, fh, _) = files[3];
+    let n = fs
+        .copy_file_range(src, sfh, 8_192, ino, fh, 8_192, 808, 0)
+        .unwrap();
+    assert_eq!(n, 808);
+    files[3].2[8_192..9_000].fill(0);
+    fs.release(src, sfh).unwrap();
+    for (ino, fh, w) in files.iter_mut().take(4) {
+        assert_eq!(&fs.read(*ino, *fh, 0, 20_000).unwrap(), w);
+        let more = pattern(500, 77);
+        fs.write(*ino, *fh, w.len() as u64, &more).unwrap();
+        w.extend_from_slice(&more);
+        assert_eq!(&fs.read(*ino, *fh, 0, 20_000).unwrap(), w);
+    }
+    // The fourth is removed; a new file may get its inode number, written the same way.
+    let (ino, fh, _) = files.pop().unwrap();
+    fs.release(ino, fh).unwrap();
+    fs.unlink(&U, ROOT, b"reuse").unwrap();
+    let (ino, fh) = create(&fs, "reused");
+    let w = pattern(10_000, 200);
+    fs.write(ino, fh, 0, &w[..9_000]).unwrap();
+    fs.sync().unwrap();
+    fs.write(ino, fh, 9_000, &w[9_000..]).unwrap();
+    assert_eq!(fs.read(ino, fh, 0, 20_000).unwrap(), w);
+    files.push((ino, fh, w));
+    fs.sync().unwrap();
+    for (ino, fh, _) in &files {
+        fs.release(*ino, *fh).unwrap();
+    }
+    fs.unmount().unwrap();
+    check(&m, &d, "after unmount");
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(64 << 20)).unwrap();
+    for (ino, _, w) in &files {
+        let fh = fs.open(&U, *ino, libc::O_RDONLY).unwrap();
+        assert_eq!(&fs.read(*ino, fh, 0, 20_000).unwrap(), w);
+        fs.release(*ino, fh).unwrap();
     }
     fs.unmount().unwrap();
 }

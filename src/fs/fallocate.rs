@@ -128,6 +128,7 @@ impl Fs {
         };
         // It changes the block map as a write-back would: the cached data goes first.
         self.writeback_locked(&e)?;
+        self.cache.forget_tail(e.ino);
         self.preload_range(&e, first, last + 1)?;
         self.contents_changed_by(caller, &e);
         match mode {
@@ -269,6 +270,7 @@ impl Fs {
         // The punch works on the block map: cached data goes there first (else it would
         // still show over the hole).
         self.writeback_locked(e)?;
+        self.cache.forget_tail(e.ino);
         let bs = self.sb.block_size as u64;
         // Nothing that names no block may be freed.
         self.range_map(e, (offset / bs, end.div_ceil(bs)), (0, 0))?;

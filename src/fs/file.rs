@@ -370,11 +370,21 @@ impl Fs {
         let mut run: Option<(u64, u64, u64)> = None; // (first file block, first device block, count)
         for n in first..=last + 1 {
             // A cached block is copied here and ends a run like a hole.
-            let a = if n <= last && !self.read_cached(e, n, &mut buf, offset, end) {
+            let mut a = if n <= last && !self.read_cached(e, n, &mut buf, offset, end) {
                 self.resolve_written(e, n)?
             } else {
                 0
             };
+            // The partial last block of a file written back may still be held in memory.
+            if a != 0 && n == last && fsize % bs != 0 {
+                let block = (n, a, fsize, bs);
+                if self
+                    .cache
+                    .read_tail_range(e.ino, block, &mut buf, offset, end)
+                {
+                    a = 0;
+                }
+            }
             match &mut run {
                 Some((_, d, c)) if a != 0 && a == *d + *c => *c += 1,
                 _ => {
@@ -690,6 +700,8 @@ impl Fs {
         }
         let size = e.state.read().d.size;
         let keep = new_size.div_ceil(bs);
+        // Zeros go into the block at the end, or it goes.
+        self.cache.forget_tail(e.ino);
         if new_size > size {
             // Growing over cached data would log a size that covers it: it goes first.
             self.writeback_locked(e)?;

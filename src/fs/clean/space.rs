@@ -225,12 +225,20 @@ impl Fs {
         if self.fits(&self.space(), op) {
             return Ok(());
         }
-        // What is pending was admitted against the room above the reserve: write it, with
-        // the cached data whose block maps it holds room for (no op lock is held here).
-        self.writeback_all()?;
+        // What is pending was admitted against the room above the reserve: write it.
         self.sync_log()?;
         if self.fits(&self.space(), op) {
             return Ok(());
+        }
+        // Cached data whose write-back dirties indirect blocks holds room for them in the
+        // pending count: write back those files (no op lock is held here), and only those:
+        // the rest costs the log nothing and may still die in the cache.
+        if self.cache.log_charge() > 0 {
+            self.writeback_charged()?;
+            self.sync_log()?;
+            if self.fits(&self.space(), op) {
+                return Ok(());
+            }
         }
         let key = (
             self.clean_segments_count(),
