@@ -22,6 +22,7 @@ pub mod mkfs;
 pub mod mountinfo;
 pub mod output;
 pub mod run_dir;
+pub mod session;
 pub mod tune;
 pub mod unmounted_daemon;
 
