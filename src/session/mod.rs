@@ -210,7 +210,7 @@ impl Session {
         // The rings exist before the kernel is promised them: once FUSE_OVER_IO_URING is
         // granted, the kernel holds every request until each queue has an entry.
         let rings = if negotiated.has(abi::init_flags::OVER_IO_URING) {
-            match uring::Rings::prepare(&device, &negotiated, config) {
+            match uring::Rings::prepare(&negotiated, config) {
                 Ok(rings) => Some(rings),
                 Err(e) => {
                     warn!("FUSE over io_uring unavailable ({e}): serving over /dev/fuse");

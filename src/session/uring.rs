@@ -138,12 +138,7 @@ pub(super) struct Rings {
 }
 
 impl Rings {
-    pub(super) fn prepare(
-        device: &OwnedFd,
-        negotiated: &Negotiated,
-        config: &SessionConfig,
-    ) -> io::Result<Rings> {
-        let _ = device;
+    pub(super) fn prepare(negotiated: &Negotiated, config: &SessionConfig) -> io::Result<Rings> {
         if config.fault == Some(UringFault::Setup) {
             return Err(io::Error::other("injected setup failure"));
         }
@@ -160,7 +155,8 @@ impl Rings {
     }
 
     /// Start one thread per queue, each registering its entries. True when every queue
-    /// registered; otherwise the kernel was made to give up the ring.
+    /// holds an entry (the kernel then starts the ring); otherwise the kernel was made to
+    /// give up the ring.
     pub(super) fn start<D: Dispatch>(
         self,
         fs: &Arc<D>,
@@ -186,11 +182,20 @@ impl Rings {
                 .spawn(move || {
                     let mut queue = queue;
                     pin_to_cpu(queue.qid);
-                    let registered = register(&mut queue, device.as_raw_fd(), fault);
-                    let ok = registered.is_ok();
-                    let _ = tx.send((queue.qid, registered));
-                    if ok {
-                        serve_queue(&*fs, &mut queue, device.as_raw_fd(), layout, &stats);
+                    let mut registered = register(&mut queue, device.as_raw_fd(), fault);
+                    let error = registered.error.take();
+                    let _ = tx.send((queue.qid, registered.entries, error));
+                    // Whatever the others did: entries the kernel holds are served (if every
+                    // queue holds one, the ring carries requests even after a refusal).
+                    if registered.entries > 0 {
+                        serve_queue(
+                            &*fs,
+                            &mut queue,
+                            device.as_raw_fd(),
+                            layout,
+                            &stats,
+                            registered,
+                        );
                     }
                 });
             match spawned {
@@ -205,14 +210,16 @@ impl Rings {
         let mut reported = 0;
         while reported < handles.len() {
             match rx.recv_timeout(REGISTER_TIMEOUT) {
-                Ok((qid, Ok(()))) => {
-                    debug!("ring {qid} registered");
+                Ok((qid, entries, error)) => {
                     reported += 1;
-                }
-                Ok((qid, Err(e))) => {
-                    warn!("ring {qid} failed to register: {e}");
-                    failed = true;
-                    reported += 1;
+                    debug!("ring {qid}: {entries} entries registered");
+                    if let Some(e) = error {
+                        warn!("ring {qid}: {entries} entries registered, then: {e}");
+                    }
+                    // The kernel starts the ring once every queue holds an entry.
+                    if entries == 0 {
+                        failed = true;
+                    }
                 }
                 Err(_) => {
                     warn!(
@@ -253,11 +260,28 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
-/// Register every entry of `queue`. An error completion of a REGISTER comes at once (the
-/// kernel handles it while submitting), so what is not failed by now is registered.
-fn register(queue: &mut Queue, fd: RawFd, fault: Option<UringFault>) -> io::Result<()> {
+/// What registering a queue did.
+struct Registered {
+    /// Entries the kernel holds.
+    entries: usize,
+    /// Completions that came with the registration: refusals (counted out of `entries`
+    /// already) and, once the ring is ready, the first requests, to be served.
+    early: Vec<(u64, i32)>,
+    /// Why some entries were not registered.
+    error: Option<io::Error>,
+}
+
+/// Register every entry of `queue`. A refusal completes at once (the kernel handles a
+/// REGISTER while it is submitted), so what is not refused by now is registered.
+fn register(queue: &mut Queue, fd: RawFd, fault: Option<UringFault>) -> Registered {
+    let mut done = Registered {
+        entries: 0,
+        early: Vec::new(),
+        error: None,
+    };
     if fault == Some(UringFault::QueueFails { qid: queue.qid }) {
-        return Err(io::Error::other("injected queue failure"));
+        done.error = Some(io::Error::other("injected queue failure"));
+        return done;
     }
     let refuse = fault == Some(UringFault::RefuseRegister { qid: queue.qid });
     let req = UringCmdReq {
@@ -275,14 +299,29 @@ fn register(queue: &mut Queue, fd: RawFd, fault: Option<UringFault>) -> io::Resu
             i as u64,
         );
         // SAFETY: the entry's buffers live as long as the queue, i.e. the ring.
-        unsafe { queue.ring.submission().push(&sqe) }
-            .map_err(|_| io::Error::other("submission queue full"))?;
+        if unsafe { queue.ring.submission().push(&sqe) }.is_err() {
+            done.error = Some(io::Error::other("submission queue full"));
+            break;
+        }
     }
-    queue.ring.submit()?;
-    if let Some(cqe) = queue.ring.completion().next() {
-        return Err(io::Error::from_raw_os_error(-cqe.result()));
+    let pushed = queue.ring.submission().len();
+    match queue.ring.submit() {
+        Ok(n) => done.entries = n,
+        Err(e) => {
+            done.error = Some(e);
+            return done;
+        }
     }
-    Ok(())
+    debug_assert_eq!(done.entries, pushed, "every REGISTER submitted");
+    for cqe in queue.ring.completion() {
+        if cqe.result() < 0 {
+            done.entries -= 1;
+            done.error = Some(io::Error::from_raw_os_error(-cqe.result()));
+        }
+        // A request that arrived meanwhile is served first; a refusal is skipped there.
+        done.early.push((cqe.user_data(), cqe.result()));
+    }
+    done
 }
 
 /// Make the kernel give up the ring: a REGISTER with one iovec is refused, and a refused
@@ -317,27 +356,29 @@ fn serve_queue<D: Dispatch>(
     fd: RawFd,
     layout: super::request::Layout,
     stats: &Stats,
+    registered: Registered,
 ) {
     let payload_size = queue.entries.first().map_or(0, |e| e.payload.len());
     // The reply is built here, then copied into the entry's payload: the request's names
     // and data are still borrowed from that payload while the handler runs.
     let mut body = vec![0u8; payload_size];
-    let mut in_flight = queue.entries.len();
+    let mut in_flight = registered.entries;
+    let mut done = registered.early;
+    // Refusals at REGISTER were counted out already.
+    done.retain(|&(_, result)| result >= 0);
     while in_flight > 0 {
-        match queue.ring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(e) => {
-                warn!("ring {}: {e}", queue.qid);
-                return;
+        if done.is_empty() {
+            match queue.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => {
+                    warn!("ring {}: {e}", queue.qid);
+                    return;
+                }
             }
+            done.extend(queue.ring.completion().map(|c| (c.user_data(), c.result())));
         }
-        let done: Vec<(u64, i32)> = queue
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (user_data, result) in done {
+        for (user_data, result) in done.drain(..) {
             let i = user_data as usize;
             if i >= queue.entries.len() {
                 warn!("ring {}: completion for unknown entry {i}", queue.qid);
