@@ -23,6 +23,7 @@ pub mod mkfs;
 pub mod mountinfo;
 pub mod output;
 pub mod run_dir;
+pub mod session;
 pub mod superblock_change;
 
 pub use error::{FsError, Result};

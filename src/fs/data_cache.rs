@@ -226,7 +226,6 @@ impl DataCache {
         self.tails.lock().remove(ino);
     }
 
-
     pub(crate) fn enabled(&self) -> bool {
         self.budget > 0
     }

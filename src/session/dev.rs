@@ -1,0 +1,202 @@
+//! The /dev/fuse transport: worker threads, each reading requests from its own descriptor
+//! (cloned with FUSE_DEV_IOC_CLONE, so the kernel hands each its own queue of answers to
+//! look up), writing each reply with one write().
+
+use super::abi::{self, InitIn, OutHeader};
+use super::request::{decode_dev, Layout, Operation};
+use super::{serve, Dispatch, Negotiated, Reply, Stats};
+use log::{debug, warn};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use zerocopy::{FromBytes, IntoBytes};
+
+/// Read until the kernel's INIT arrives (it is the first request).
+pub(super) fn read_init(device: &OwnedFd, max_write: u32) -> io::Result<(u64, InitIn)> {
+    let mut buf = vec![0u8; (max_write as usize).max(1 << 20) + 4096];
+    loop {
+        let n = match read(device, &mut buf) {
+            Ok(n) => n,
+            Err(e) if retry(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        match decode_dev(&buf[..n], Layout::default()) {
+            Ok(req) => match req.op {
+                Operation::Init(init) => return Ok((req.unique(), init)),
+                _ => {
+                    warn!("request {} before INIT: EIO", req.header.opcode);
+                    send_error(device, req.unique(), libc::EIO)?;
+                }
+            },
+            Err(e) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("INIT: {e}"),
+                ));
+            }
+        }
+    }
+}
+
+fn read(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: the buffer is valid for writes of its length.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Errors after which a reader tries again: ENOENT is a request interrupted before it was
+/// read.
+fn retry(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::EINTR | libc::EAGAIN)
+    )
+}
+
+/// Write one message: the out header (`error` is a negative errno, or a notification code
+/// when `unique` is 0), then `body`.
+pub(super) fn send(fd: &OwnedFd, unique: u64, error: i32, body: &[u8]) -> io::Result<()> {
+    let header = OutHeader {
+        len: (size_of::<OutHeader>() + body.len()) as u32,
+        error,
+        unique,
+    };
+    let iov = [
+        libc::iovec {
+            iov_base: header.as_bytes().as_ptr() as *mut _,
+            iov_len: size_of::<OutHeader>(),
+        },
+        libc::iovec {
+            iov_base: body.as_ptr() as *mut _,
+            iov_len: body.len(),
+        },
+    ];
+    // SAFETY: both iovecs point at live buffers of their lengths.
+    let n = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), 2) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub(super) fn send_error(fd: &OwnedFd, unique: u64, errno: i32) -> io::Result<()> {
+    send(fd, unique, -errno, &[])
+}
+
+/// A descriptor of the same connection with its own processing queue; the session's own
+/// (duplicated) if the kernel cannot clone.
+fn clone_device(device: &OwnedFd) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let cloned = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open("/dev/fuse")
+        .map(OwnedFd::from)
+        .and_then(|fd| {
+            let mut session = device.as_raw_fd() as u32;
+            // SAFETY: FUSE_DEV_IOC_CLONE reads one u32 through the pointer.
+            let r = unsafe { libc::ioctl(fd.as_raw_fd(), abi::DEV_IOC_CLONE as _, &mut session) };
+            if r < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(fd)
+            }
+        });
+    match cloned {
+        Ok(fd) => Ok(fd),
+        Err(e) => {
+            debug!("FUSE_DEV_IOC_CLONE failed ({e}): threads share one descriptor");
+            // SAFETY: dup of a descriptor we own; the result is owned by the new OwnedFd.
+            let fd = unsafe { libc::dup(device.as_raw_fd()) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `fd` is a fresh descriptor nobody else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        }
+    }
+}
+
+pub(super) fn spawn_workers<D: Dispatch>(
+    fs: &Arc<D>,
+    device: &Arc<OwnedFd>,
+    negotiated: &Negotiated,
+    threads: usize,
+    stats: &Arc<Stats>,
+) -> io::Result<Vec<JoinHandle<()>>> {
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let fd = clone_device(device)?;
+        let fs = fs.clone();
+        let stats = stats.clone();
+        // Keeps the session's descriptor open while a worker runs.
+        let session = device.clone();
+        let negotiated = *negotiated;
+        let handle = std::thread::Builder::new()
+            .name(format!("fuse-dev-{i}"))
+            .spawn(move || {
+                worker(&*fs, &fd, &negotiated, &stats);
+                drop(session);
+            })?;
+        handles.push(handle);
+    }
+    Ok(handles)
+}
+
+fn worker<D: Dispatch>(fs: &D, fd: &OwnedFd, negotiated: &Negotiated, stats: &Stats) {
+    let layout = negotiated.layout();
+    let mut input = vec![0u8; negotiated.dev_buffer_size()];
+    // The reply's header goes in front of its body: one write, no copy.
+    let mut output = vec![0u8; size_of::<OutHeader>() + negotiated.payload_size()];
+    loop {
+        let n = match read(fd, &mut input) {
+            Ok(n) => n,
+            Err(e) if retry(&e) => continue,
+            // ENODEV: unmounted; ECONNABORTED: aborted.
+            Err(e) => {
+                if !matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) {
+                    warn!("reading /dev/fuse: {e}");
+                }
+                return;
+            }
+        };
+        let req = match decode_dev(&input[..n], layout) {
+            Ok(req) => req,
+            Err(e) => {
+                warn!("bad request from the kernel: {e}");
+                if let Ok((header, _)) = abi::InHeader::read_from_prefix(&input[..n]) {
+                    let _ = send_error(fd, header.unique, libc::EIO);
+                }
+                continue;
+            }
+        };
+        stats.dev_requests.fetch_add(1, Ordering::Relaxed);
+        let (head, body) = output.split_at_mut(size_of::<OutHeader>());
+        let mut reply = Reply::new(body);
+        serve(fs, &req, &mut reply);
+        if !req.op.wants_reply() {
+            continue;
+        }
+        let Some(header) = super::reply::out_header(req.unique(), &reply) else {
+            continue;
+        };
+        let len = header.len as usize;
+        head.copy_from_slice(header.as_bytes());
+        // SAFETY: the first `len` bytes of `output` are the header and the body.
+        let w = unsafe { libc::write(fd.as_raw_fd(), output.as_ptr().cast(), len) };
+        if w < 0 {
+            let e = io::Error::last_os_error();
+            // ENOENT: the request was interrupted and is gone.
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                warn!("writing a reply to /dev/fuse: {e}");
+            }
+        }
+    }
+}

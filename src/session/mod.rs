@@ -1,0 +1,349 @@
+//! DualFS's own FUSE session layer: the kernel ABI (`abi`), request decoding (`request`),
+//! reply encoding (`reply`), INIT negotiation (`init`) and two transports that carry
+//! requests between the kernel and one [`Dispatch`]: /dev/fuse (`dev`: worker threads, each
+//! with its own cloned descriptor) and FUSE over io_uring (`uring`: one ring per possible
+//! CPU). docs/DESIGN.md ("The session layer") says why it exists.
+//!
+//! Whichever transport carried a request, the file system sees it once, through
+//! [`Dispatch::dispatch`].
+
+pub mod abi;
+mod dev;
+pub mod init;
+pub mod reply;
+pub mod request;
+mod uring;
+
+pub use init::{InitConfig, Negotiated};
+pub use reply::{Answer, DirBuf, Reply};
+pub use request::{Operation, Request};
+
+use log::{debug, info, warn};
+use nix::mount::MsFlags;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use zerocopy::IntoBytes;
+
+/// A file system served by a session: called once per request, from any transport thread.
+pub trait Dispatch: Send + Sync + 'static {
+    /// Answer `req` through `reply` (FORGET and BATCH_FORGET: the reply is not sent).
+    /// INIT, DESTROY and INTERRUPT never reach it. A request left unanswered gets EIO.
+    fn dispatch(&self, req: &Request<'_>, reply: &mut Reply<'_>);
+
+    /// INIT is done: what the kernel granted. Called before any other request is served.
+    fn init(&self, _negotiated: &Negotiated) {}
+
+    /// The kernel ended the session with DESTROY (only sent for `fuseblk` mounts).
+    fn destroy(&self) {}
+}
+
+/// Which transport carries requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// read() and write() on /dev/fuse.
+    Dev,
+    /// FUSE over io_uring (INIT, FORGET and INTERRUPT still come over /dev/fuse).
+    Uring,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Dev => "dev",
+            Transport::Uring => "uring",
+        })
+    }
+}
+
+/// A failure to inject into the ring's setup, to test that a mount falls back to /dev/fuse
+/// instead of hanging.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UringFault {
+    /// Setting up the rings fails before INIT (io_uring disabled, no memory).
+    Setup,
+    /// Queue `qid` sends only REGISTERs the kernel refuses.
+    RefuseRegister { qid: usize },
+    /// Queue `qid` fails after INIT, before it registers anything.
+    QueueFails { qid: usize },
+}
+
+/// How to run a session.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    pub init: InitConfig,
+    /// The transport wanted; io_uring falls back to /dev/fuse when the kernel does not
+    /// offer it or a ring cannot be set up.
+    pub transport: Transport,
+    /// /dev/fuse worker threads.
+    pub threads: usize,
+    /// Ring entries per io_uring queue (requests in flight per CPU).
+    pub queue_depth: usize,
+    #[doc(hidden)]
+    pub fault: Option<UringFault>,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            init: InitConfig::default(),
+            transport: Transport::Uring,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            queue_depth: 8,
+            fault: None,
+        }
+    }
+}
+
+/// Requests served, per transport.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub dev_requests: AtomicU64,
+    pub uring_requests: AtomicU64,
+}
+
+impl Stats {
+    pub fn dev(&self) -> u64 {
+        self.dev_requests.load(Ordering::Relaxed)
+    }
+
+    pub fn uring(&self) -> u64 {
+        self.uring_requests.load(Ordering::Relaxed)
+    }
+}
+
+/// The mount(2) of a FUSE connection.
+#[derive(Clone, Debug)]
+pub struct MountSpec<'a> {
+    pub mountpoint: &'a Path,
+    /// `fuse.<subtype>`.
+    pub fs_type: &'a str,
+    /// What /proc/mounts shows as the source.
+    pub source: &'a str,
+    pub flags: MsFlags,
+    pub allow_other: bool,
+}
+
+/// Open /dev/fuse and mount it (root only), with the options `cli/kernel_mount.rs` passes:
+/// `default_permissions` always, `allow_other` when asked.
+pub fn mount(spec: &MountSpec<'_>) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let device = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open("/dev/fuse")?;
+    let root_mode = std::fs::metadata(spec.mountpoint)?.mode() & libc::S_IFMT;
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut data = format!(
+        "fd={},rootmode={root_mode:o},user_id={uid},group_id={gid},default_permissions",
+        device.as_raw_fd()
+    );
+    if spec.allow_other {
+        data.push_str(",allow_other");
+    }
+    nix::mount::mount(
+        Some(spec.source),
+        spec.mountpoint,
+        Some(spec.fs_type),
+        spec.flags,
+        Some(data.as_str()),
+    )
+    .map_err(io::Error::from)?;
+    Ok(OwnedFd::from(device))
+}
+
+/// A running session: its threads serve requests until the file system is unmounted.
+pub struct Session {
+    device: Arc<OwnedFd>,
+    negotiated: Negotiated,
+    transport: Transport,
+    stats: Arc<Stats>,
+    threads: Vec<JoinHandle<()>>,
+    mountpoint: Option<PathBuf>,
+}
+
+impl Session {
+    /// Mount and start serving (the INIT handshake is done when this returns).
+    pub fn mount<D: Dispatch>(
+        fs: Arc<D>,
+        spec: &MountSpec<'_>,
+        config: &SessionConfig,
+    ) -> io::Result<Session> {
+        let fd = mount(spec)?;
+        match Session::start(fs, fd, config) {
+            Ok(mut session) => {
+                session.mountpoint = Some(spec.mountpoint.to_path_buf());
+                Ok(session)
+            }
+            Err(e) => {
+                // The descriptor is closed: the connection is gone, the mount is dead.
+                let _ = nix::mount::umount2(spec.mountpoint, nix::mount::MntFlags::MNT_DETACH);
+                Err(e)
+            }
+        }
+    }
+
+    /// Serve a connection already mounted on `device`: answer INIT, then start the
+    /// transports. When it fails, dropping `device` ends the connection.
+    pub fn start<D: Dispatch>(
+        fs: Arc<D>,
+        device: OwnedFd,
+        config: &SessionConfig,
+    ) -> io::Result<Session> {
+        let device = Arc::new(device);
+        let stats = Arc::new(Stats::default());
+        let (unique, kernel_init) = dev::read_init(&device, config.init.max_write)?;
+        let want_uring = config.transport == Transport::Uring;
+        let mut negotiated = match init::negotiate(&kernel_init, &config.init, want_uring) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = dev::send_error(&device, unique, libc::EPROTO);
+                return Err(io::Error::new(io::ErrorKind::Unsupported, e.to_string()));
+            }
+        };
+        // The rings exist before the kernel is promised them: once FUSE_OVER_IO_URING is
+        // granted, the kernel holds every request until each queue has an entry.
+        let rings = if negotiated.has(abi::init_flags::OVER_IO_URING) {
+            match uring::Rings::prepare(&negotiated, config) {
+                Ok(rings) => Some(rings),
+                Err(e) => {
+                    warn!("FUSE over io_uring unavailable ({e}): serving over /dev/fuse");
+                    negotiated.set_uring(false);
+                    None
+                }
+            }
+        } else {
+            if want_uring {
+                info!("the kernel does not offer FUSE over io_uring: serving over /dev/fuse");
+            }
+            None
+        };
+        fs.init(&negotiated);
+        let reply = negotiated.reply(&config.init);
+        dev::send(&device, unique, 0, reply.as_bytes())?;
+        debug!(
+            "INIT: kernel 7.{}, flags {:#x}, max_write {}, max_pages {}",
+            negotiated.minor, negotiated.flags, negotiated.max_write, negotiated.max_pages
+        );
+
+        let mut threads =
+            dev::spawn_workers(&fs, &device, &negotiated, config.threads.max(1), &stats)?;
+        let transport = match rings {
+            Some(rings) => {
+                let (started, ok) = rings.start(&fs, &device, &negotiated, config.fault, &stats);
+                threads.extend(started);
+                if ok {
+                    Transport::Uring
+                } else {
+                    Transport::Dev
+                }
+            }
+            None => Transport::Dev,
+        };
+        info!("FUSE session ready over {transport}");
+        Ok(Session {
+            device,
+            negotiated,
+            transport,
+            stats,
+            threads,
+            mountpoint: None,
+        })
+    }
+
+    /// The transport carrying requests.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    pub fn negotiated(&self) -> &Negotiated {
+        &self.negotiated
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    pub fn mountpoint(&self) -> Option<&Path> {
+        self.mountpoint.as_deref()
+    }
+
+    /// Notifications to the kernel (always over /dev/fuse).
+    pub fn notifier(&self) -> Notifier {
+        Notifier {
+            device: self.device.clone(),
+        }
+    }
+
+    /// Wait until every thread ended (the file system was unmounted or the connection
+    /// aborted).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Tells the kernel to drop what it caches.
+#[derive(Clone)]
+pub struct Notifier {
+    device: Arc<OwnedFd>,
+}
+
+impl Notifier {
+    /// Drop an inode's attributes and (for `off` ≥ 0) its cached data from `off` on, `len`
+    /// bytes (0: to the end).
+    pub fn inval_inode(&self, ino: u64, off: i64, len: i64) -> io::Result<()> {
+        let out = abi::NotifyInvalInodeOut { ino, off, len };
+        dev::send(&self.device, 0, abi::notify::INVAL_INODE, out.as_bytes())
+    }
+
+    /// Drop the kernel's entry of `name` in `parent`.
+    pub fn inval_entry(&self, parent: u64, name: &[u8]) -> io::Result<()> {
+        let out = abi::NotifyInvalEntryOut {
+            parent,
+            namelen: name.len() as u32,
+            flags: 0,
+        };
+        let mut body = out.as_bytes().to_vec();
+        body.extend_from_slice(name);
+        body.push(0);
+        dev::send(&self.device, 0, abi::notify::INVAL_ENTRY, &body)
+    }
+}
+
+/// Serve one decoded request: INIT, DESTROY and INTERRUPT here, the rest by `fs`. Shared by
+/// both transports.
+fn serve<D: Dispatch>(fs: &D, req: &Request<'_>, reply: &mut Reply<'_>) {
+    match req.op {
+        // A second INIT is a protocol error.
+        Operation::Init(_) => reply.error(libc::EPROTO),
+        Operation::Destroy => {
+            fs.destroy();
+            reply.ok();
+        }
+        // Requests are not interruptible here: each runs to its end, and the kernel drops
+        // the answer of one it gave up on.
+        Operation::Interrupt(_) => {}
+        Operation::Unknown(op) => {
+            debug!("opcode {op} not served");
+            reply.error(libc::ENOSYS);
+        }
+        _ => {
+            fs.dispatch(req, reply);
+            if reply.answer() == Answer::None && req.op.wants_reply() {
+                warn!("opcode {} left unanswered: EIO", req.header.opcode);
+                reply.error(libc::EIO);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
