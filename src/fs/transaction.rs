@@ -1,5 +1,5 @@
-//! The log writer's side of the core: turning everything dirty into one transaction, group
-//! commit for fsync, checkpoints, and the background thread that does both periodically.
+//! The log transaction: turning everything dirty into one transaction (docs/DESIGN.md,
+//! "Transactions"), the placing of each inode's part of it, and group commit for fsync.
 
 use super::inode::{InodeEntry, InodeState, SnapshotPart, SnapshotPlan, TakenBlock};
 use super::log_commit::FlushState;
@@ -9,14 +9,12 @@ use crate::format::inode::{encode_inode_block, inodes_per_block, DiskInode};
 use crate::format::meta::{encode_pointer_block, encode_symlink_block, symlink_bytes_per_block};
 use crate::format::summary::{Descriptor, Record};
 use crate::format::{BlockKind, INODE_SIZE};
-use crate::log::checkpoint::{finish_checkpoint, prepare_checkpoint, CheckpointInfo};
 use crate::log::{now_secs, TxnBlock};
 use crate::meta::{InodeLoc, PlacedBlock};
 use crate::{FsError, Result};
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// A block of the snapshot, encoded after the gate is released.
 enum Pending {
@@ -470,111 +468,5 @@ impl Fs {
                 .sum::<u64>(),
         );
         Ok(())
-    }
-
-    /// Write everything and a checkpoint.
-    pub(crate) fn checkpoint(&self, clean: bool) -> Result<()> {
-        let mut fl = self.log.flusher();
-        self.checkpoint_locked(&mut fl, clean)
-    }
-
-    pub(crate) fn checkpoint_locked(&self, fl: &mut FlushState, clean: bool) -> Result<()> {
-        self.checkpoint_written(fl, clean).map(|_| ())
-    }
-
-    /// `checkpoint_locked`, saying which meta blocks the checkpoint wrote.
-    pub(crate) fn checkpoint_written(
-        &self,
-        fl: &mut FlushState,
-        clean: bool,
-    ) -> Result<Vec<crate::log::checkpoint::Item>> {
-        if self.is_read_only() {
-            return Ok(Vec::new());
-        }
-        self.flush_locked(fl)?;
-        let result = (|| {
-            let prepared = {
-                let next_node_id = self.ns.tree.next_node_id(); // the tree lock ranks before the tables
-                let mut locked = self.lock_tables();
-                let mut t = locked.tables();
-                let info = CheckpointInfo {
-                    serial: fl.ckpt_serial + 1,
-                    next_node_id,
-                    clean,
-                };
-                let prepared = prepare_checkpoint(&self.sb, &mut fl.writer, &mut t, info);
-                self.tables_changed(&t);
-                prepared?
-            };
-            // Nothing may be written into a segment this checkpoint frees before the flush
-            // lock is released, so its blocks can leave the cache now.
-            let freed: std::collections::HashSet<u64> = prepared.cleaned.iter().copied().collect();
-            if !freed.is_empty() {
-                self.ns
-                    .inode_blocks
-                    .forget(|a| freed.contains(&self.sb.segment_of(a)));
-            }
-            let blocks = prepared.log_blocks();
-            let items = prepared.items.clone();
-            finish_checkpoint(&self.sb, self.log.dev(), &mut fl.writer, prepared)
-                .map(|cp| (cp, blocks, items))
-        })();
-        match result {
-            Ok((cp, blocks, items)) => {
-                fl.ckpt_serial = cp.serial;
-                fl.segments_since_ckpt = 0;
-                fl.last_ckpt = Instant::now();
-                self.log.count_checkpoint(blocks);
-                Ok(items)
-            }
-            Err(e) => {
-                if !matches!(e, FsError::Errno(libc::ENOSPC)) {
-                    log::error!("checkpoint failed, no further writes: {e}");
-                    self.log.set_failed(e.to_string());
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// The background thread: periodic log flushes and checkpoints, cache trimming.
-    pub(crate) fn background(fs: std::sync::Weak<Fs>) {
-        loop {
-            let Some(me) = fs.upgrade() else { return };
-            if me.is_shut_down() {
-                return;
-            }
-            if me.log.wait_for_stop(me.opts.flush_interval) {
-                return;
-            }
-            // Cached data old enough goes to the data device before the log write maps it;
-            // the rest is recorded without it (data_cache.rs).
-            if let Err(e) = me.writeback_expired(me.opts.data_expire) {
-                log::warn!("periodic write-back of cached data: {e}");
-            }
-            let mut fl = me.log.flusher();
-            let due = fl.last_ckpt.elapsed() >= me.opts.checkpoint_interval
-                || fl.segments_since_ckpt >= me.opts.checkpoint_segments;
-            let r = if due {
-                me.checkpoint_locked(&mut fl, false)
-            } else {
-                me.flush_locked(&mut fl)
-            };
-            drop(fl);
-            if let Err(e) = r {
-                log::warn!("periodic log write: {e}");
-            }
-            me.alloc.return_idle_windows();
-            me.trim_caches();
-        }
-    }
-
-    /// Keep cached metadata within budget: half for inodes and indirect blocks, half for tree
-    /// nodes (the tree trims itself).
-    pub(crate) fn trim_caches(&self) {
-        let budget = self.opts.cache_bytes / 2;
-        if self.ns.inodes.bytes(self.sb.block_size) > budget {
-            self.ns.inodes.evict(budget * 3 / 4, self.sb.block_size);
-        }
     }
 }
