@@ -138,6 +138,8 @@ fn encode_blocks(
 }
 
 /// What the exclusive phase took.
+// Made once per transaction and moved once: boxing the snapshot would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Taken {
     /// Nothing dirty: snapshot `seq` is durable once the data device is.
     Nothing(u64),
