@@ -236,7 +236,7 @@ impl Placing {
 /// for the inodes dirty in its epoch: the first hold of each one's state lock after the gate
 /// (by the writer, or by an operation that got there first) takes the next range of the
 /// plan's inode-owned blocks and gives its dirty indirect and symlink blocks those addresses
-/// (`flush::place_snapshot`), so nobody ever sees an inode's state between the gate and its
+/// (`transaction::place_snapshot`), so nobody ever sees an inode's state between the gate and its
 /// addresses.
 #[derive(Debug)]
 pub struct SnapshotPlan {
@@ -375,7 +375,7 @@ impl InodeState {
         if self.placing_pending() {
             let plan = self.ptrs.placing.plan.lock().clone();
             let plan = plan.expect("a published plan while its epoch is set");
-            super::flush::place_snapshot(self, &plan);
+            super::transaction::place_snapshot(self, &plan);
         }
     }
 

@@ -6,7 +6,8 @@
 //!
 //! The gate and the records lock themselves (their own methods are their interface), so the
 //! component hands them out; the rest is behind the methods here. The transaction itself and
-//! the checkpoint are `Fs`'s (flush.rs): they take the dirty objects of the namespace.
+//! the checkpoint are `Fs`'s (transaction.rs, checkpoint.rs): they take the dirty objects of
+//! the namespace.
 
 use super::alloc::DataAlloc;
 use super::inode::Placing;

@@ -1,7 +1,7 @@
 //! The file system core: POSIX operations over the log, the data device and the directory tree.
 //!
 //! Concurrency: every operation takes `&self`. Operations change cached objects in memory and
-//! mark them dirty; the log writer (`flush.rs`) turns everything dirty into one transaction.
+//! mark them dirty; the log writer (`transaction.rs`) turns everything dirty into one transaction.
 //! The `gate` makes that atomic: each mutation holds it shared while it changes memory, the
 //! writer holds it exclusively only while it takes its snapshot. Reads and lookups never take
 //! the gate, and no lock they need is held across device I/O.
@@ -9,8 +9,10 @@
 pub mod acl;
 mod alloc;
 mod attr;
+mod background;
 mod blockcache;
 mod bmap;
+mod checkpoint;
 pub mod clean;
 mod copy;
 mod data_cache;
@@ -19,7 +21,6 @@ mod dirty;
 mod fallocate;
 mod file;
 mod flags;
-mod flush;
 pub mod inode;
 mod kernel_refs;
 mod log_commit;
@@ -31,6 +32,7 @@ mod records;
 mod rename;
 mod repair_ops;
 mod seek;
+mod transaction;
 pub mod types;
 mod xattr;
 
