@@ -22,13 +22,13 @@ use dualfs::daemon::{
 use dualfs::fs::Fs;
 use dualfs::fuse::DualFuse;
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};
-use dualfs::session::{Acl, Handshake, Session, SessionConfig};
+use dualfs::session::{Acl, Handshake, Session, SessionConfig, Transport};
 use log::{error, info, warn};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -285,6 +285,8 @@ struct Mounted {
     fs: Arc<Fs>,
     /// INIT is answered; requests wait until `serve` starts the session.
     handshake: Handshake<DualFuse>,
+    /// The transport the session serves over, for the control socket's `hello`.
+    transport: Arc<OnceLock<Transport>>,
     kernel: KernelSide,
     pid_file: Option<PathBuf>,
     /// The mount point of this daemon's own line in libmount's table, when it wrote one.
@@ -389,13 +391,25 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
     let Mounted {
         fs,
         handshake,
+        transport,
         kernel,
         pid_file,
         utab_line,
         mut control,
     } = mounted;
     // Returns when the kernel ends the connection: an unmount (external or ours), an abort.
-    let result = handshake.serve().and_then(Session::join);
+    let result = handshake.serve().and_then(|session| {
+        let serving = session.transport();
+        info!("FUSE transport: {serving}");
+        if plan.settings.transport == Some(Transport::Uring) && serving != Transport::Uring {
+            warn!(
+                "-o transport=uring: the kernel's FUSE over io_uring could not be used (see \
+                 above; /sys/module/fuse/parameters/enable_uring), serving over /dev/fuse"
+            );
+        }
+        let _ = transport.set(serving);
+        session.join()
+    });
     let ending = ending(&kernel, result);
     let mountpoint = plan.mountpoint.display();
     match (&ending, &kernel) {
@@ -511,10 +525,12 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     let config = SessionConfig {
         init: adapter.init_config(),
         threads: plan.threads,
+        transport: plan.settings.transport(),
         acl: plan.settings.session_acl(nix::unistd::geteuid().is_root()),
         ..SessionConfig::default()
     };
     let (handshake, kernel) = start_session(plan, adapter, &config)?;
+    let transport = Arc::new(OnceLock::new());
     set_readahead(plan);
 
     let unmounter = match &kernel {
@@ -556,7 +572,15 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
             ))),
             KernelSide::Fusermount => None,
         };
-        match ControlServer::start(fs.clone(), &path, owner, &plan.mountpoint, remounter) {
+        let served = transport.clone();
+        match ControlServer::start(
+            fs.clone(),
+            &path,
+            owner,
+            &plan.mountpoint,
+            remounter,
+            served,
+        ) {
             Ok(c) => Some(c),
             Err(e) => {
                 warn!(
@@ -572,6 +596,7 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     Ok(Mounted {
         fs,
         handshake,
+        transport,
         kernel,
         pid_file,
         utab_line,

@@ -6,7 +6,7 @@ use super::error::CliError;
 use dualfs::device::DeviceIo;
 use dualfs::fs::MountOptions;
 use dualfs::fuse::{DirCache, FuseConfig, Readdirplus};
-use dualfs::session::Acl;
+use dualfs::session::{Acl, Transport};
 use nix::mount::MsFlags;
 use std::path::Path;
 use std::time::Duration;
@@ -67,6 +67,9 @@ pub struct MountSettings {
     pub max_write: Option<u64>,
     /// `devio=direct|buffered`: the devices' I/O, past the page cache or through it.
     pub devio: Option<DeviceIo>,
+    /// `transport=uring|dev`: how FUSE requests travel; unset: io_uring where the kernel
+    /// offers it, /dev/fuse otherwise.
+    pub transport: Option<Transport>,
     /// Options that only mean something to mount(8), fstab or systemd, accepted and ignored.
     pub ignored: Vec<String>,
 }
@@ -223,6 +226,14 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
          not cached a second time for the data device, large writes are faster, and the \
          devices see DualFS's own requests; each small write waits for the device). direct on \
          an image whose file system refuses O_DIRECT fails the mount",
+    ),
+    (
+        "transport=uring|dev",
+        "how FUSE requests travel between the kernel and DualFS: FUSE over io_uring (one ring \
+         per CPU; the default where the kernel offers it, i.e. \
+         /sys/module/fuse/parameters/enable_uring is Y) or read() and write() on /dev/fuse. \
+         Where the ring cannot be set up the mount serves over /dev/fuse and says so in its \
+         log; `dualfs info` shows the transport in use",
     ),
     (
         "defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, group, \
@@ -455,6 +466,14 @@ pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), Cl
                 _ => return Err(bad_value(key, text, "expected buffered or direct")),
             });
         }
+        "transport" => {
+            let text = needs_value(key, value, "uring|dev")?;
+            s.transport = Some(match text {
+                "uring" => Transport::Uring,
+                "dev" => Transport::Dev,
+                _ => return Err(bad_value(key, text, "expected uring or dev")),
+            });
+        }
         "readdirplus" => {
             let text = needs_value(key, value, "never|auto|always")?;
             s.readdirplus = Some(match text {
@@ -664,6 +683,12 @@ impl MountSettings {
     /// can only lower it from the kernel's 128 KiB).
     pub fn readahead_kb(&self) -> u64 {
         self.readahead.unwrap_or(DEFAULT_READAHEAD).div_ceil(1024)
+    }
+
+    /// The FUSE transport asked for: `transport=`, else io_uring (the session falls back to
+    /// /dev/fuse where the kernel does not offer it).
+    pub fn transport(&self) -> Transport {
+        self.transport.unwrap_or(Transport::Uring)
     }
 
     /// How the devices are opened: `devio=`, else [`DEFAULT_DEVICE_IO`].

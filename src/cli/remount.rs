@@ -259,6 +259,7 @@ fn effect(s: &MountSettings) -> impl PartialEq + std::fmt::Debug {
         s.subtype.clone(),
         s.readahead_kb(),
         s.device_io(),
+        s.transport(),
     )
 }
 
