@@ -65,9 +65,10 @@ _bench_forget_mount "$mnt"
 
 errors=$(grep -Ei 'fail|error|errno|stale|unsuccessful' "$dir/stress.log" | grep -v '\] successful run completed' || true)
 estale=$(grep -ci 'stale file handle\|estale' "$dir/stress.log" || true)
-# fuser answers FUSE_INTERRUPT with ENOSYS; when the interrupted request was answered first, the
-# kernel no longer knows it and refuses that reply with ENOENT, which fuser logs as an error.
-# It loses nothing (the original request had its answer), so it is counted apart.
+# fuser answered FUSE_INTERRUPT with ENOSYS; when the interrupted request was answered first, the
+# kernel no longer knew it and refused that reply with ENOENT, which fuser logged as an error.
+# It lost nothing, so it is counted apart (for logs of older daemons: DualFS's session layer
+# does not answer FUSE_INTERRUPT and does not log such a refusal).
 late='Failed to send FUSE reply: No such file or directory'
 late_replies=$(grep -c "$late" "$dir/dualfs.log" || true)
 warnings=$(grep -Ei 'warn|error|panic' "$dir/dualfs.log" | grep -v "$late" || true)

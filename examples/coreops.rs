@@ -40,6 +40,7 @@ const ROOT: Caller = Caller {
     gid: 0,
     pid: 1,
     umask: 0,
+    holds_fsetid: None,
 };
 
 /// A fresh file system on memory devices of these sizes.

@@ -122,7 +122,7 @@ impl Drop for Mount {
     fn drop(&mut self) {
         let _ = umount2(self.dir.path(), MntFlags::MNT_DETACH);
         if let Some(s) = self.session.take() {
-            s.join();
+            let _ = s.join();
         }
     }
 }

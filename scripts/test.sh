@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (as root: tests mount file systems, use loop devices).
 #   0. cargo fmt --check and cargo clippy with warnings as errors;
-#   1. every unit, integration, FUSE, crash-state and hostile-image test;
-#   2. the POSIX tests again with -o writeback_cache;
+#   1. every unit, integration, FUSE, crash-state and hostile-image test, over FUSE over
+#      io_uring: the run switches the kernel's enable_uring on and puts it back at the end
+#      (on a kernel without FUSE over io_uring every mount serves over /dev/fuse);
+#   2. the POSIX tests again with -o writeback_cache, and again over /dev/fuse
+#      (-o transport=dev);
 #   3. the benchmarks as a user runs them from a clone: bench/postmark.sh on a tiny
 #      configuration with --out, on every file system bench/ sets up (DualFS with and without
 #      writeback cache, kernel ext2/ext3/ext4, fuse2fs, the in-repo memfs ceiling), checking
@@ -18,6 +21,26 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 summary=()
 failed=0
+# FUSE over io_uring for the whole run, where the kernel has it (every mount asks for it unless
+# told otherwise); what enable_uring was is put back when the run ends.
+uring_param=/sys/module/fuse/parameters/enable_uring
+uring_old=$(cat "$uring_param" 2>/dev/null || true)
+if [ -n "$uring_old" ] && echo Y >"$uring_param"; then
+    echo "=== scripts/test.sh: FUSE over io_uring on (enable_uring was $uring_old)"
+else
+    uring_old=""
+    echo "=== scripts/test.sh: no FUSE over io_uring here: every mount serves over /dev/fuse"
+fi
+bench_out=""
+cleanup() {
+    if [ -n "$uring_old" ]; then
+        echo "$uring_old" >"$uring_param"
+    fi
+    if [ -n "$bench_out" ]; then
+        rm -rf "$bench_out"
+    fi
+}
+trap cleanup EXIT
 # run_step NAME COMMAND...: runs COMMAND, records "passed" or "FAILED" for the summary.
 run_step() {
     local name=$1 started=$SECONDS status=0
@@ -60,8 +83,14 @@ run_step "tests again with -o writeback_cache" env DUALFS_TEST_EXTRA_OPTS=writeb
     --test posix_files --test posix_attr --test posix_dirs --test posix_perms \
     --test posix_rename --test posix_falloc --test persistence --test threads --test shutdown \
     --test node_ids --test inode_flags --test shutdown_ioctl --test xattr --test acl
+# The POSIX and persistence tests again over /dev/fuse (the main pass ran over io_uring).
+run_step "tests again over /dev/fuse (-o transport=dev)" env DUALFS_TEST_EXTRA_OPTS=transport=dev \
+    cargo test --release --locked --no-fail-fast \
+    --test posix_files --test posix_attr --test posix_dirs --test posix_perms \
+    --test posix_rename --test posix_falloc --test persistence --test threads --test shutdown \
+    --test node_ids --test inode_flags --test shutdown_ioctl --test xattr --test acl \
+    --test session_end
 bench_out=$(mktemp -d "${TMPDIR:-/var/tmp}/dualfs-test-bench.XXXXXX")
-trap 'rm -rf "$bench_out"' EXIT
 run_step "benchmark check (bench/postmark.sh --out, bench/check-out.sh)" benchmark_check
 run_step "disk benchmark check (bench/disks.sh --quick, bench/check-out.sh)" disk_benchmark_check
 run_step "fuzz (fuzz/run.sh)" fuzz/run.sh "${DUALFS_FUZZ_SECONDS:-5}"

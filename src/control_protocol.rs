@@ -83,6 +83,10 @@ pub enum Response {
         version: u32,
         pid: u32,
         mountpoint: String,
+        /// The FUSE transport the mount serves over ("uring" or "dev"); absent from older
+        /// daemons, and while the session is not serving yet.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        transport: Option<String>,
     },
     Status(Status),
     Usage(UsageTable),
@@ -235,6 +239,17 @@ impl Client {
             takeover,
         })? {
             Response::Hello { version, pid, .. } => Ok((version, pid)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The FUSE transport the mount serves over (`None` from a daemon that does not say).
+    pub fn transport(&mut self, client: &str) -> io::Result<Option<String>> {
+        match self.call_ok(&Request::Hello {
+            client: client.into(),
+            takeover: false,
+        })? {
+            Response::Hello { transport, .. } => Ok(transport),
             other => Err(unexpected(&other)),
         }
     }

@@ -1,5 +1,6 @@
-//! The FUSE adapter: translates fuser requests into calls on the core (`fs::Fs`) and the
-//! core's answers into replies. No file system logic lives here.
+//! The FUSE adapter: translates the session layer's requests (`crate::session`, either
+//! transport) into calls on the core (`fs::Fs`) and the core's answers into replies. No file
+//! system logic lives here.
 //!
 //! Permission checks are the kernel's job: the mount program always mounts with
 //! `default_permissions`, so the core never sees a request the caller may not make.
@@ -8,20 +9,12 @@ use crate::fs::{
     Attr, Caller, DirEntry, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, SetTime,
     Timespec, Whence, XattrFlags, NO_HANDLE,
 };
+use crate::session::abi::{self, fattr, fopen, init_flags, AttrOut, EntryOut, OpenOut};
+use crate::session::{Dispatch, InitConfig, Negotiated, Notifier, Operation, Reply, Request};
 use crate::FsError;
-use fuser::{
-    BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
-};
 use log::{debug, info, warn};
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// How the adapter talks to the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +26,7 @@ pub struct FuseConfig {
     pub writeback_cache: bool,
     /// Keep a file's page cache across opens: nothing changes the data behind the kernel.
     pub keep_cache: bool,
-    /// Largest write request, bytes; also the largest read request (fuser derives the
+    /// Largest write request, bytes; also the largest read request (INIT derives the
     /// kernel's max_pages from it). The kernel copies a whole request between the writer's
     /// buffer, /dev/fuse and the daemon without a pause, and a request woken onto that CPU
     /// waits for the copy: 256 KiB bounds the wait at about a tenth of a millisecond, where 1
@@ -51,7 +44,7 @@ pub struct FuseConfig {
     /// With kept listings, answer the first OPENDIR with ENOSYS: the kernel then opens
     /// directories by itself (FUSE_NO_OPENDIR_SUPPORT, handles with FOPEN_CACHE_DIR and
     /// KEEP_CACHE) and sends no OPENDIR or RELEASEDIR. On by default: the core then keeps a
-    /// removed directory while the kernel holds it (kernel_refs.rs), so an open directory
+    /// removed directory while the kernel holds it (fs/namespace/kernel_refs.rs), so an open directory
     /// stays usable after its rmdir, as on Linux file systems; its inode is freed at the
     /// kernel's FORGET, a moment after the rmdir.
     pub no_opendir: bool,
@@ -114,12 +107,76 @@ impl Default for FuseConfig {
     }
 }
 
-/// A mounted `Fs` as a fuser `Filesystem`.
+impl FuseConfig {
+    /// What to ask of the kernel at INIT.
+    pub fn init_config(&self) -> InitConfig {
+        let mut flags = [
+            // The kernel enforces ACLs from system.posix_acl_*; DualFS keeps modes in step
+            // with them, inherits default ACLs and so applies the umask itself.
+            init_flags::POSIX_ACL,
+            init_flags::DONT_MASK,
+            init_flags::PARALLEL_DIROPS,
+            init_flags::EXPORT_SUPPORT,
+            init_flags::MAX_PAGES,
+            init_flags::ASYNC_READ,
+            init_flags::BIG_WRITES,
+            // DualFS takes set-ID bits away on write, truncate and chown (fs/attrs/privileges.rs);
+            // in return the kernel stops asking for security.capability before each write.
+            init_flags::HANDLE_KILLPRIV_V2,
+        ]
+        .into_iter()
+        .fold(0, |all, f| all | f);
+        flags |= match self.readdirplus {
+            Readdirplus::Never => 0,
+            Readdirplus::Auto => init_flags::DO_READDIRPLUS | init_flags::READDIRPLUS_AUTO,
+            Readdirplus::Always => init_flags::DO_READDIRPLUS,
+        };
+        if self.cache_symlinks {
+            flags |= init_flags::CACHE_SYMLINKS;
+        }
+        if self.no_opendir_served() {
+            flags |= init_flags::NO_OPENDIR_SUPPORT;
+        }
+        if self.no_open_served() {
+            flags |= init_flags::NO_OPEN_SUPPORT;
+        } else {
+            // The core's open honours O_TRUNC. Not without OPEN: the kernel would then
+            // truncate only its page cache (fuse_do_setattr skips the SETATTR of an
+            // O_TRUNC open when the OPEN was to do it), so it sends the SETATTR instead.
+            flags |= init_flags::ATOMIC_O_TRUNC;
+        }
+        if self.writeback_cache {
+            flags |= init_flags::WRITEBACK_CACHE;
+        }
+        if self.direct_io {
+            flags |= init_flags::DIRECT_IO_ALLOW_MMAP;
+        }
+        InitConfig {
+            flags,
+            max_write: self.max_write,
+            max_background: self.max_background.max(1),
+        }
+    }
+
+    fn no_opendir_served(&self) -> bool {
+        self.dir_cache == DirCache::Kept && self.no_opendir
+    }
+
+    fn no_open_served(&self) -> bool {
+        self.no_open && !self.direct_io
+    }
+}
+
+/// A mounted `Fs` behind the session layer: each request becomes one call on the core,
+/// whichever transport carried it.
 pub struct DualFuse {
     fs: Arc<Fs>,
     config: FuseConfig,
-    /// The session's channel for notifications to the kernel, set once the session exists.
-    notifier: Arc<OnceLock<Notifier>>,
+    /// The session's channel for notifications to the kernel, set at INIT.
+    notifier: OnceLock<Notifier>,
+    /// Did the kernel grant FUSE_HANDLE_KILLPRIV_V2 (so that its KILL_SUIDGID flags say
+    /// whether a truncating caller holds CAP_FSETID)? Set at INIT.
+    killpriv: OnceLock<bool>,
 }
 
 impl DualFuse {
@@ -132,7 +189,8 @@ impl DualFuse {
         let adapter = DualFuse {
             fs,
             config,
-            notifier: Arc::new(OnceLock::new()),
+            notifier: OnceLock::new(),
+            killpriv: OnceLock::new(),
         };
         adapter
             .fs
@@ -140,9 +198,9 @@ impl DualFuse {
         adapter
     }
 
-    /// Where the mount program puts the session's `Notifier` before the session runs.
-    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
-        self.notifier.clone()
+    /// What to ask of the kernel at INIT.
+    pub fn init_config(&self) -> InitConfig {
+        self.config.init_config()
     }
 
     /// The directory `name` in `parent`, if it is one (before a rename moves it).
@@ -162,7 +220,7 @@ impl DualFuse {
         }
         if let Some(notifier) = self.notifier.get() {
             // ENOENT: the kernel holds no inode for it, so no listing either.
-            if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
+            if let Err(e) = notifier.inval_inode(ino, 0, 0) {
                 if e.raw_os_error() != Some(libc::ENOENT) {
                     warn!("cannot drop the kernel's listing of moved directory {ino}: {e}");
                 }
@@ -176,7 +234,7 @@ impl DualFuse {
     fn attributes_changed(&self, ino: u64) {
         if let Some(notifier) = self.notifier.get() {
             // A negative offset drops the attributes alone, none of the cached data.
-            if let Err(e) = notifier.inval_inode(INodeNo(ino), -1, 0) {
+            if let Err(e) = notifier.inval_inode(ino, -1, 0) {
                 if e.raw_os_error() != Some(libc::ENOENT) {
                     warn!("cannot drop the kernel's attributes of inode {ino}: {e}");
                 }
@@ -184,57 +242,65 @@ impl DualFuse {
         }
     }
 
-    fn entry(&self, reply: ReplyEntry, result: crate::Result<Attr>, op: &str, ino: u64) {
+    fn entry_out(&self, attr: &Attr) -> EntryOut {
+        entry_out(attr, self.config.ttl)
+    }
+
+    fn entry(&self, reply: &mut Reply<'_>, result: crate::Result<Attr>, op: &str, ino: u64) {
         match result {
-            Ok(attr) => reply.entry(&self.config.ttl, &file_attr(&attr), generation(&attr)),
+            Ok(attr) => reply.entry(&self.entry_out(&attr)),
             Err(e) => reply.error(errno(op, ino, &e)),
         }
     }
 
-    fn attr(&self, reply: ReplyAttr, result: crate::Result<Attr>, op: &str, ino: u64) {
+    fn attr(&self, reply: &mut Reply<'_>, result: crate::Result<Attr>, op: &str, ino: u64) {
         match result {
-            Ok(attr) => reply.attr(&self.config.ttl, &file_attr(&attr)),
+            Ok(attr) => reply.attr(&attr_out(&fuse_attr(&attr), self.config.ttl)),
             Err(e) => reply.error(errno(op, ino, &e)),
         }
     }
 
-    fn open_flags(&self, flags: i32) -> i32 {
-        core_open_flags(flags, self.config.writeback_cache)
+    fn killpriv(&self) -> bool {
+        self.killpriv.get().copied().unwrap_or(false)
+    }
+
+    fn open_flags(&self, flags: u32) -> i32 {
+        core_open_flags(flags as i32, self.config.writeback_cache)
     }
 
     /// The open flags of a directory handle.
-    fn dir_fopen_flags(&self) -> FopenFlags {
+    fn dir_fopen_flags(&self) -> u32 {
         match self.config.dir_cache {
-            DirCache::Off => FopenFlags::empty(),
-            DirCache::PerOpen => FopenFlags::FOPEN_CACHE_DIR,
-            DirCache::Kept => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            DirCache::Off => 0,
+            DirCache::PerOpen => fopen::CACHE_DIR,
+            DirCache::Kept => fopen::CACHE_DIR | fopen::KEEP_CACHE,
         }
     }
 
     /// Does opendir answer ENOSYS, so that the kernel opens directories by itself? Its
     /// handles then carry FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE, so only with kept listings.
     fn no_opendir(&self) -> bool {
-        self.config.dir_cache == DirCache::Kept && self.config.no_opendir
+        self.config.no_opendir_served()
     }
 
     /// Does open answer ENOSYS, so that the kernel opens regular files by itself? Not with
     /// direct I/O, which only an OPEN reply can ask for.
     fn no_open(&self) -> bool {
-        self.config.no_open && !self.config.direct_io
+        self.config.no_open_served()
     }
 
-    fn fopen_flags(&self) -> FopenFlags {
-        let mut f = FopenFlags::empty();
+    fn fopen_flags(&self) -> u32 {
+        let mut f = 0;
         if self.config.direct_io {
-            f |= FopenFlags::FOPEN_DIRECT_IO;
+            f |= fopen::DIRECT_IO;
         } else if self.config.keep_cache {
-            f |= FopenFlags::FOPEN_KEEP_CACHE;
+            f |= fopen::KEEP_CACHE;
         }
         // close(2) has nothing to do: the data reached DualFS (its cache or the device) when
         // write returned, and close promises no durability. Skipping FLUSH saves a round trip
         // per close (with a writeback cache the kernel needs it).
         if !self.config.writeback_cache {
-            f |= FopenFlags::FOPEN_NOFLUSH;
+            f |= fopen::NOFLUSH;
         }
         f
     }
@@ -254,7 +320,7 @@ fn core_open_flags(flags: i32, writeback_cache: bool) -> i32 {
     }
 }
 
-fn empty(reply: ReplyEmpty, result: crate::Result<()>, op: &str, ino: u64) {
+fn empty(reply: &mut Reply<'_>, result: crate::Result<()>, op: &str, ino: u64) {
     match result {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(op, ino, &e)),
@@ -263,29 +329,49 @@ fn empty(reply: ReplyEmpty, result: crate::Result<()>, op: &str, ino: u64) {
 
 /// The errno for a core error; failures of the storage or the on-disk data are logged, since
 /// the caller only sees EIO.
-fn errno(op: &str, ino: u64, err: &FsError) -> Errno {
+fn errno(op: &str, ino: u64, err: &FsError) -> i32 {
     let code = err.errno();
     if code == libc::EIO || matches!(err, FsError::Corrupt { .. }) {
         warn!("{op} (inode {ino}): {err}");
     } else {
         debug!("{op} (inode {ino}): {err}");
     }
-    Errno::from_i32(code)
+    if code > 0 {
+        code
+    } else {
+        libc::EIO
+    }
 }
 
-fn caller(req: &Request) -> Caller {
+fn caller(req: &Request<'_>) -> Caller {
     Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
+        uid: req.header.uid,
+        gid: req.header.gid,
+        pid: req.header.pid,
         umask: 0,
+        holds_fsetid: None,
+    }
+}
+
+/// `FUSE_OPEN_KILL_SUIDGID` (`fuse_open_in::open_flags`, `fuse_create_in::open_flags`).
+const OPEN_KILL_SUIDGID: u32 = 1 << 0;
+
+/// The caller of an OPEN or CREATE: with O_TRUNC (and FUSE_HANDLE_KILLPRIV_V2, `killpriv`)
+/// the kernel says whether the caller holds CAP_FSETID, which decides what the truncate
+/// takes away.
+fn opener(req: &Request<'_>, killpriv: bool, flags: u32, open_flags: u32, umask: u32) -> Caller {
+    let truncates = killpriv && flags as i32 & libc::O_TRUNC != 0;
+    Caller {
+        umask: umask & 0o777,
+        holds_fsetid: truncates.then_some(open_flags & OPEN_KILL_SUIDGID == 0),
+        ..caller(req)
     }
 }
 
 /// The caller of a request that makes a node, with the umask the kernel sent: with
 /// FUSE_DONT_MASK the kernel leaves it to the file system, which applies it only where the
 /// directory has no default ACL.
-fn caller_with_umask(req: &Request, umask: u32) -> Caller {
+fn caller_with_umask(req: &Request<'_>, umask: u32) -> Caller {
     Caller {
         umask: umask & 0o777,
         ..caller(req)
@@ -294,74 +380,63 @@ fn caller_with_umask(req: &Request, umask: u32) -> Caller {
 
 /// Answer a getxattr or listxattr of `value` for a buffer of `size` bytes: the length for
 /// the size probe (0), ERANGE when it does not fit.
-fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+fn reply_xattr(reply: &mut Reply<'_>, size: u32, value: &[u8]) {
     if size == 0 {
-        reply.size(value.len() as u32);
+        reply.xattr_size(value.len() as u32);
     } else if value.len() > size as usize {
-        reply.error(Errno::ERANGE);
+        reply.error(libc::ERANGE);
     } else {
-        reply.data(value);
+        reply.bytes(value);
     }
 }
 
-fn generation(attr: &Attr) -> Generation {
-    Generation(u64::from(attr.generation))
-}
-
-fn file_type(kind: FileKind) -> FileType {
+/// The `S_IFMT` bits of a kind.
+fn kind_mode(kind: FileKind) -> u32 {
     match kind {
-        FileKind::Regular => FileType::RegularFile,
-        FileKind::Directory => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::BlockDevice => FileType::BlockDevice,
-        FileKind::Fifo => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
+        FileKind::Regular => libc::S_IFREG,
+        FileKind::Directory => libc::S_IFDIR,
+        FileKind::Symlink => libc::S_IFLNK,
+        FileKind::CharDevice => libc::S_IFCHR,
+        FileKind::BlockDevice => libc::S_IFBLK,
+        FileKind::Fifo => libc::S_IFIFO,
+        FileKind::Socket => libc::S_IFSOCK,
     }
 }
 
-/// `Timespec::to_system_time` overflows (panics) on a nanosecond field of a second or more
-/// next to the largest seconds; a corrupt inode could hold one, so clamp it first.
-fn system_time(t: Timespec) -> SystemTime {
+/// A directory entry's type (`DT_*`: the kind's `S_IFMT` bits shifted down).
+fn dirent_type(kind: FileKind) -> u32 {
+    kind_mode(kind) >> 12
+}
+
+/// A time as the kernel takes it: seconds (signed, sent as u64) and nanoseconds, the
+/// nanoseconds clamped below a second (a corrupt inode could hold more).
+fn kernel_time(t: Timespec) -> (u64, u32) {
+    (t.sec as u64, t.nsec.min(999_999_999))
+}
+
+/// A time the kernel sent.
+fn core_time(sec: u64, nsec: u32) -> Timespec {
     Timespec {
-        nsec: t.nsec.min(999_999_999),
-        ..t
-    }
-    .to_system_time()
-}
-
-/// The attributes of a negative lookup entry: only the inode number (0) matters.
-fn negative_attr() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: std::time::UNIX_EPOCH,
-        mtime: std::time::UNIX_EPOCH,
-        ctime: std::time::UNIX_EPOCH,
-        crtime: std::time::UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
+        sec: sec as i64,
+        nsec: nsec.min(999_999_999),
     }
 }
 
-fn file_attr(attr: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(attr.ino),
+fn fuse_attr(attr: &Attr) -> abi::Attr {
+    let (atime, atimensec) = kernel_time(attr.atime);
+    let (mtime, mtimensec) = kernel_time(attr.mtime);
+    let (ctime, ctimensec) = kernel_time(attr.ctime);
+    abi::Attr {
+        ino: attr.ino,
         size: attr.size,
         blocks: attr.blocks,
-        atime: system_time(attr.atime),
-        mtime: system_time(attr.mtime),
-        ctime: system_time(attr.ctime),
-        crtime: system_time(attr.crtime),
-        kind: file_type(attr.kind),
-        perm: attr.perm,
+        atime,
+        mtime,
+        ctime,
+        atimensec,
+        mtimensec,
+        ctimensec,
+        mode: kind_mode(attr.kind) | u32::from(attr.perm),
         nlink: attr.nlink,
         uid: attr.uid,
         gid: attr.gid,
@@ -371,23 +446,62 @@ fn file_attr(attr: &Attr) -> FileAttr {
     }
 }
 
-fn set_time(t: TimeOrNow) -> SetTime {
-    match t {
-        TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(t) => SetTime::At(kernel_time(t)),
+fn attr_out(attr: &abi::Attr, ttl: Duration) -> AttrOut {
+    AttrOut {
+        attr_valid: ttl.as_secs(),
+        attr_valid_nsec: ttl.subsec_nanos(),
+        dummy: 0,
+        attr: *attr,
+    }
+}
+
+fn entry_out(attr: &Attr, ttl: Duration) -> EntryOut {
+    EntryOut {
+        nodeid: attr.ino,
+        generation: u64::from(attr.generation),
+        entry_valid: ttl.as_secs(),
+        attr_valid: ttl.as_secs(),
+        entry_valid_nsec: ttl.subsec_nanos(),
+        attr_valid_nsec: ttl.subsec_nanos(),
+        attr: fuse_attr(attr),
+    }
+}
+
+/// A negative lookup entry: node 0 tells the kernel the name is absent, for `ttl`.
+fn negative_entry(ttl: Duration) -> EntryOut {
+    EntryOut {
+        nodeid: 0,
+        generation: 0,
+        entry_valid: ttl.as_secs(),
+        attr_valid: ttl.as_secs(),
+        entry_valid_nsec: ttl.subsec_nanos(),
+        attr_valid_nsec: ttl.subsec_nanos(),
+        attr: abi::Attr {
+            mode: libc::S_IFREG,
+            ..abi::Attr::default()
+        },
+    }
+}
+
+/// A time of a SETATTR: `now` when the kernel says so, else the time it sent.
+fn set_time(now: bool, sec: u64, nsec: u32) -> SetTime {
+    if now {
+        SetTime::Now
+    } else {
+        SetTime::At(core_time(sec, nsec))
     }
 }
 
 /// renameat2 flags the core understands; anything else (RENAME_WHITEOUT, unknown bits, or
 /// both NOREPLACE and EXCHANGE, which the kernel rejects too) is EINVAL.
-fn rename_flags(flags: RenameFlags) -> Option<CoreRenameFlags> {
-    let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
-    if !known.contains(flags) || flags == known {
+fn rename_flags(flags: u32) -> Option<CoreRenameFlags> {
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+    if flags & !known != 0 || flags == known {
         return None;
     }
     Some(CoreRenameFlags {
-        noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
-        exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+        noreplace: flags & libc::RENAME_NOREPLACE != 0,
+        exchange: flags & libc::RENAME_EXCHANGE != 0,
     })
 }
 
@@ -395,135 +509,321 @@ fn is_dot_or_dotdot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
-impl Filesystem for DualFuse {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut wanted = vec![
-            // The kernel enforces ACLs from system.posix_acl_*; DualFS keeps modes in step
-            // with them, inherits default ACLs and so applies the umask itself.
-            InitFlags::FUSE_POSIX_ACL,
-            InitFlags::FUSE_DONT_MASK,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_EXPORT_SUPPORT,
-            InitFlags::FUSE_MAX_PAGES,
-            InitFlags::FUSE_ASYNC_READ,
-            InitFlags::FUSE_BIG_WRITES,
-            // DualFS takes set-ID bits away on write, truncate and chown (fs/privileges.rs);
-            // in return the kernel stops asking for security.capability before each write.
-            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
-        ];
-        match self.config.readdirplus {
-            Readdirplus::Never => {}
-            Readdirplus::Auto => wanted.extend([
-                InitFlags::FUSE_DO_READDIRPLUS,
-                InitFlags::FUSE_READDIRPLUS_AUTO,
-            ]),
-            Readdirplus::Always => wanted.push(InitFlags::FUSE_DO_READDIRPLUS),
+/// `FUSE_IOCTL_UNRESTRICTED`: an ioctl of CUSE, never sent for a file system's files.
+const IOCTL_UNRESTRICTED: u32 = 1 << 1;
+
+impl Dispatch for DualFuse {
+    fn init(&self, negotiated: &Negotiated, notifier: Notifier) {
+        let _ = self.notifier.set(notifier);
+        let _ = self
+            .killpriv
+            .set(negotiated.has(init_flags::HANDLE_KILLPRIV_V2));
+        let asked = self.init_config().flags;
+        let refused = asked & !negotiated.flags;
+        if refused & init_flags::WRITEBACK_CACHE != 0 {
+            warn!("the kernel refused the writeback cache; writes go straight through");
         }
-        if self.config.cache_symlinks {
-            wanted.push(InitFlags::FUSE_CACHE_SYMLINKS);
-        }
-        if self.no_opendir() {
-            wanted.push(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
-        }
-        if self.no_open() {
-            wanted.push(InitFlags::FUSE_NO_OPEN_SUPPORT);
-        } else {
-            // The core's open honours O_TRUNC. Not without OPEN: the kernel would then
-            // truncate only its page cache (fuse_do_setattr skips the SETATTR of an
-            // O_TRUNC open when the OPEN was to do it), so it sends the SETATTR instead.
-            wanted.push(InitFlags::FUSE_ATOMIC_O_TRUNC);
-        }
-        if self.config.writeback_cache {
-            wanted.push(InitFlags::FUSE_WRITEBACK_CACHE);
-        }
-        if self.config.direct_io {
-            wanted.push(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
-        }
-        // One at a time: a refusal rejects the whole set passed in.
-        for capability in wanted {
-            if let Err(refused) = config.add_capabilities(capability) {
-                if capability == InitFlags::FUSE_WRITEBACK_CACHE {
-                    warn!("the kernel refused the writeback cache; writes go straight through");
-                } else {
-                    debug!("the kernel refused {refused:?}");
-                }
-            }
-        }
-        if let Err(nearest) = config.set_max_write(self.config.max_write) {
-            debug!(
-                "max_write {} refused, using {nearest}",
-                self.config.max_write
-            );
-            let _ = config.set_max_write(nearest);
-        }
-        if let Err(nearest) = config.set_max_background(self.config.max_background) {
-            let _ = config.set_max_background(nearest);
+        if refused != 0 {
+            debug!("the kernel refused INIT flags {refused:#x}");
         }
         info!(
-            "FUSE session ready (kernel ABI {:?}, ttl {:?}, writeback cache {})",
-            config.kernel_abi(),
+            "FUSE session ready (kernel ABI 7.{}, ttl {:?}, writeback cache {}, max_write {})",
+            negotiated.minor,
             self.config.ttl,
-            self.config.writeback_cache
+            negotiated.has(init_flags::WRITEBACK_CACHE),
+            negotiated.max_write
         );
-        Ok(())
     }
 
-    fn destroy(&mut self) {
+    fn destroy(&self) {
         debug!("FUSE session ended");
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.fs.lookup(parent.0, name.as_bytes()) {
-            // A negative entry (inode 0) lets the kernel remember that the name is absent:
-            // compilers and shells probe many absent names. Creating the name goes through
-            // the kernel, which drops the negative entry.
-            Err(e) if e.errno() == libc::ENOENT && !self.config.ttl.is_zero() => {
-                reply.entry(&self.config.ttl, &negative_attr(), Generation(0))
+    fn dispatch(&self, req: &Request<'_>, reply: &mut Reply<'_>) {
+        let ino = req.nodeid();
+        match req.op {
+            Operation::Lookup { name } => match self.fs.lookup(ino, name) {
+                // A negative entry (inode 0) lets the kernel remember that the name is
+                // absent: compilers and shells probe many absent names. Creating the name
+                // goes through the kernel, which drops the negative entry.
+                Err(e) if e.errno() == libc::ENOENT && !self.config.ttl.is_zero() => {
+                    reply.entry(&negative_entry(self.config.ttl))
+                }
+                result => self.entry(reply, result, "lookup", ino),
+            },
+            Operation::Forget(arg) => self.fs.forget(ino, arg.nlookup),
+            Operation::BatchForget(list) => {
+                for one in list.iter() {
+                    self.fs.forget(one.nodeid, one.nlookup);
+                }
             }
-            result => self.entry(reply, result, "lookup", parent.0),
+            Operation::Getattr(_) => self.attr(reply, self.fs.getattr(ino), "getattr", ino),
+            Operation::Setattr(arg) => self.setattr(req, &arg, reply),
+            Operation::Readlink => match self.fs.readlink(ino) {
+                Ok(target) => reply.bytes(&target),
+                Err(e) => reply.error(errno("readlink", ino, &e)),
+            },
+            Operation::Symlink { name, target } => {
+                let result = self.fs.symlink(&caller(req), ino, name, target);
+                self.entry(reply, result, "symlink", ino);
+            }
+            Operation::Mknod { arg, name } => {
+                let mode = (arg.mode & libc::S_IFMT) | (arg.mode & 0o7777);
+                let who = caller_with_umask(req, arg.umask);
+                let result = self.fs.mknod(&who, ino, name, mode, arg.rdev);
+                self.entry(reply, result, "mknod", ino);
+            }
+            Operation::Mkdir { arg, name } => {
+                let mode = libc::S_IFDIR | (arg.mode & 0o7777);
+                let who = caller_with_umask(req, arg.umask);
+                let result = self.fs.mkdir(&who, ino, name, mode);
+                self.entry(reply, result, "mkdir", ino);
+            }
+            Operation::Unlink { name } => {
+                let result = self.fs.unlink(&caller(req), ino, name);
+                empty(reply, result, "unlink", ino);
+            }
+            Operation::Rmdir { name } => {
+                let result = self.fs.rmdir(&caller(req), ino, name);
+                empty(reply, result, "rmdir", ino);
+            }
+            Operation::Rename {
+                newdir,
+                flags,
+                name,
+                newname,
+            } => self.rename(req, (name, newdir, newname), flags, reply),
+            Operation::Link { arg, newname } => {
+                let result = self.fs.link(&caller(req), arg.oldnodeid, ino, newname);
+                self.entry(reply, result, "link", arg.oldnodeid);
+            }
+            Operation::Open(arg) => {
+                // From this answer on the kernel opens files itself: O_TRUNC comes as a
+                // SETATTR, and each write carries the descriptor's flags.
+                if self.no_open() {
+                    return reply.error(libc::ENOSYS);
+                }
+                let who = opener(req, self.killpriv(), arg.flags, arg.open_flags, 0);
+                match self.fs.open(&who, ino, self.open_flags(arg.flags)) {
+                    Ok(fh) => reply.open(&OpenOut {
+                        fh,
+                        open_flags: self.fopen_flags(),
+                        backing_id: 0,
+                    }),
+                    Err(e) => reply.error(errno("open", ino, &e)),
+                }
+            }
+            Operation::Create { arg, name } => self.create(req, &arg, name, reply),
+            Operation::Read(arg) => match self.fs.read(ino, arg.fh, arg.offset, arg.size) {
+                Ok(data) => reply.bytes(&data),
+                Err(e) => reply.error(errno("read", ino, &e)),
+            },
+            Operation::Write { arg, data } => {
+                // The kernel says whether the writer lacks CAP_FSETID (buffered and direct
+                // writes).
+                let writer = caller(req);
+                let unprivileged =
+                    (arg.write_flags & abi::WRITE_KILL_SUIDGID != 0).then_some(&writer);
+                let written = self.fs.write_as(
+                    ino,
+                    arg.fh,
+                    arg.flags as i32,
+                    arg.offset,
+                    data,
+                    unprivileged,
+                );
+                match written {
+                    Ok(written) => reply.written(written),
+                    // With a writeback cache the kernel may write back pages of a file after
+                    // its last name and handle went (and DualFS freed it): those bytes belong
+                    // to nobody.
+                    Err(e) if self.config.writeback_cache && e.errno() == libc::ENOENT => {
+                        reply.written(data.len() as u32)
+                    }
+                    Err(e) => reply.error(errno("write", ino, &e)),
+                }
+            }
+            Operation::Statfs => match self.fs.statfs() {
+                Ok(s) => reply.statfs(&abi::Kstatfs {
+                    blocks: s.blocks,
+                    bfree: s.bfree,
+                    bavail: s.bavail,
+                    files: s.files,
+                    ffree: s.ffree,
+                    bsize: s.bsize,
+                    namelen: s.namelen,
+                    frsize: s.frsize,
+                    ..abi::Kstatfs::default()
+                }),
+                Err(e) => reply.error(errno("statfs", ino, &e)),
+            },
+            Operation::Release(arg) => {
+                // A file the kernel opened itself (the first one: the kernel learns of no-open
+                // support from that OPEN's answer, and releases it; and files created
+                // before).
+                if arg.fh == NO_HANDLE && self.no_open() {
+                    return reply.ok();
+                }
+                empty(reply, self.fs.release(ino, arg.fh), "release", ino);
+            }
+            Operation::Fsync(arg) => {
+                let datasync = arg.fsync_flags & 1 != 0;
+                empty(reply, self.fs.fsync(ino, datasync), "fsync", ino);
+            }
+            Operation::Setxattr { arg, name, value } => {
+                // Unknown flags are the kernel's to refuse.
+                let flags = arg.flags as i32;
+                if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+                    return reply.error(libc::EINVAL);
+                }
+                let flags = XattrFlags {
+                    create: flags & libc::XATTR_CREATE != 0,
+                    replace: flags & libc::XATTR_REPLACE != 0,
+                };
+                let result = self.fs.setxattr(&caller(req), ino, name, value, flags);
+                empty(reply, result, "setxattr", ino);
+            }
+            Operation::Getxattr { arg, name } => {
+                let who = caller(req);
+                if arg.size == 0 {
+                    // The size probe (the kernel's security.capability check before writes
+                    // is one): answered from the record, or from the inode's flags alone.
+                    return match self.fs.getxattr_len(&who, ino, name) {
+                        Ok(len) => reply.xattr_size(len as u32),
+                        Err(e) => reply.error(errno("getxattr", ino, &e)),
+                    };
+                }
+                match self.fs.getxattr(&who, ino, name) {
+                    Ok(value) => reply_xattr(reply, arg.size, &value),
+                    Err(e) => reply.error(errno("getxattr", ino, &e)),
+                }
+            }
+            Operation::Listxattr(arg) => match self.fs.listxattr(&caller(req), ino) {
+                Ok(names) => reply_xattr(reply, arg.size, &names),
+                Err(e) => reply.error(errno("listxattr", ino, &e)),
+            },
+            Operation::Removexattr { name } => {
+                let result = self.fs.removexattr(&caller(req), ino, name);
+                empty(reply, result, "removexattr", ino);
+            }
+            // Data has reached DualFS when a write returns, so a close has nothing to flush:
+            // ENOSYS makes the kernel stop sending FLUSH (it is only sent at all with a
+            // writeback cache; without one, files are opened with FOPEN_NOFLUSH). Errors
+            // still surface.
+            Operation::Flush(arg) => match self.fs.flush(ino, arg.fh) {
+                Ok(()) => reply.error(libc::ENOSYS),
+                Err(e) => reply.error(errno("flush", ino, &e)),
+            },
+            Operation::Opendir(_) => {
+                // The kernel checked the permissions and that it is a directory; from this
+                // answer on it opens directories itself (and sends no RELEASEDIR).
+                if self.no_opendir() {
+                    return reply.error(libc::ENOSYS);
+                }
+                match self.fs.opendir(&caller(req), ino) {
+                    Ok(fh) => reply.open(&OpenOut {
+                        fh,
+                        open_flags: self.dir_fopen_flags(),
+                        backing_id: 0,
+                    }),
+                    Err(e) => reply.error(errno("opendir", ino, &e)),
+                }
+            }
+            Operation::Readdir(arg) => self.readdir(ino, &arg, reply),
+            Operation::Readdirplus(arg) => self.readdirplus(ino, &arg, reply),
+            Operation::Releasedir(arg) => {
+                empty(reply, self.fs.releasedir(ino, arg.fh), "releasedir", ino)
+            }
+            Operation::Fsyncdir(arg) => {
+                let datasync = arg.fsync_flags & 1 != 0;
+                empty(reply, self.fs.fsyncdir(ino, datasync), "fsyncdir", ino);
+            }
+            // Inode flags and FS_IOC_SHUTDOWN (`crate::ioctl`).
+            Operation::Ioctl { arg, data } => {
+                if arg.flags & IOCTL_UNRESTRICTED != 0 {
+                    return reply.error(libc::ENOSYS);
+                }
+                let result =
+                    crate::ioctl::ioctl(&self.fs, &caller(req), ino, arg.cmd, data, arg.out_size);
+                match result {
+                    Ok(out) => {
+                        if crate::ioctl::changes_attributes(arg.cmd) {
+                            self.attributes_changed(ino);
+                        }
+                        reply.ioctl(0, &out)
+                    }
+                    Err(e) => reply.error(errno("ioctl", ino, &e)),
+                }
+            }
+            Operation::Fallocate(arg) => {
+                let result = self.fs.fallocate_as(
+                    &caller(req),
+                    ino,
+                    arg.fh,
+                    arg.offset,
+                    arg.length,
+                    arg.mode as i32,
+                );
+                empty(reply, result, "fallocate", ino);
+            }
+            Operation::Lseek(arg) => self.lseek(ino, &arg, reply),
+            Operation::CopyFileRange(arg) => {
+                let result = self.fs.copy_file_range_as(
+                    &caller(req),
+                    ino,
+                    arg.fh_in,
+                    arg.off_in,
+                    arg.nodeid_out,
+                    arg.fh_out,
+                    arg.off_out,
+                    arg.len,
+                    u32::try_from(arg.flags).unwrap_or(u32::MAX),
+                );
+                match result {
+                    // The core copies at most COPY_MAX bytes, which fits.
+                    Ok(n) => reply.written(n as u32),
+                    Err(e) => reply.error(errno("copy_file_range", ino, &e)),
+                }
+            }
+            // With default_permissions the kernel checks access itself and sends no ACCESS;
+            // SYNCFS only comes where the file system asked for it (virtiofs). ENOSYS stops
+            // either for the rest of the mount.
+            Operation::Access(_) | Operation::Syncfs => reply.error(libc::ENOSYS),
+            // The session answers these itself.
+            Operation::Init(_)
+            | Operation::Destroy
+            | Operation::Interrupt(_)
+            | Operation::Unknown(_) => reply.error(libc::ENOSYS),
         }
     }
+}
 
-    // batch_forget keeps fuser's default, which calls `forget` per inode: fuser 0.18 does not
-    // export `ForgetOne`, so the method cannot be overridden.
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.attr(reply, self.fs.getattr(ino.0), "getattr", ino.0);
-    }
-
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        // crtime, chgtime, bkuptime and BSD flags only come from macOS.
+impl DualFuse {
+    fn setattr(&self, req: &Request<'_>, arg: &abi::SetattrIn, reply: &mut Reply<'_>) {
+        let ino = req.nodeid();
+        let valid = arg.valid;
+        let has = |bit: u32| valid & bit != 0;
         let set = SetAttr {
             // chmod changes permission bits only; the kernel sends the whole st_mode.
-            mode: mode.map(|m| m & 0o7777),
-            uid,
-            gid,
-            size,
-            atime: atime.map(set_time),
-            mtime: mtime.map(set_time),
-            ctime: ctime.map(kernel_time),
+            mode: has(fattr::MODE).then_some(arg.mode & 0o7777),
+            uid: has(fattr::UID).then_some(arg.uid),
+            gid: has(fattr::GID).then_some(arg.gid),
+            size: has(fattr::SIZE).then_some(arg.size),
+            atime: has(fattr::ATIME)
+                .then(|| set_time(has(fattr::ATIME_NOW), arg.atime, arg.atimensec)),
+            mtime: has(fattr::MTIME)
+                .then(|| set_time(has(fattr::MTIME_NOW), arg.mtime, arg.mtimensec)),
+            ctime: has(fattr::CTIME).then(|| core_time(arg.ctime, arg.ctimensec)),
         };
-        let result = self.fs.setattr(&caller(req), ino.0, &set);
+        // A truncate: the kernel says whether the caller holds CAP_FSETID.
+        let who = Caller {
+            holds_fsetid: set
+                .size
+                .filter(|_| self.killpriv())
+                .map(|_| !has(fattr::KILL_SUIDGID)),
+            ..caller(req)
+        };
+        let result = self.fs.setattr(&who, ino, &set);
         // With a writeback cache the kernel keeps mtime/ctime itself and pushes them with a
         // SETATTR when it writes the inode back, which can come after the file's last name
         // and handle went and DualFS freed it. Nothing can see those times any more: answer
@@ -536,576 +836,169 @@ impl Filesystem for DualFuse {
             && set.mtime.is_some();
         if let Err(e) = &result {
             if self.config.writeback_cache && times_only && e.errno() == libc::ENOENT {
-                let mut dead = negative_attr();
-                dead.ino = ino;
-                dead.mtime = mtime.map_or(dead.mtime, |t| match t {
-                    TimeOrNow::SpecificTime(t) => t,
-                    TimeOrNow::Now => SystemTime::now(),
-                });
-                dead.ctime = ctime.unwrap_or(dead.mtime);
-                reply.attr(&Duration::ZERO, &dead);
-                return;
+                let now = || kernel_time(Timespec::now());
+                let (mtime, mtimensec) = match set.mtime {
+                    Some(SetTime::At(t)) => kernel_time(t),
+                    _ => now(),
+                };
+                let (ctime, ctimensec) = match set.ctime {
+                    Some(t) => kernel_time(t),
+                    None => (mtime, mtimensec),
+                };
+                let dead = abi::Attr {
+                    ino,
+                    mode: libc::S_IFREG,
+                    mtime,
+                    mtimensec,
+                    ctime,
+                    ctimensec,
+                    ..abi::Attr::default()
+                };
+                return reply.attr(&attr_out(&dead, Duration::ZERO));
             }
         }
-        self.attr(reply, result, "setattr", ino.0);
-    }
-
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.0) {
-            Ok(target) => reply.data(&target),
-            Err(e) => reply.error(errno("readlink", ino.0, &e)),
-        }
-    }
-
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        let mode = (mode & libc::S_IFMT) | (mode & 0o7777);
-        let result = self.fs.mknod(
-            &caller_with_umask(req, umask),
-            parent.0,
-            name.as_bytes(),
-            mode,
-            rdev,
-        );
-        self.entry(reply, result, "mknod", parent.0);
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let mode = libc::S_IFDIR | (mode & 0o7777);
-        let result = self.fs.mkdir(
-            &caller_with_umask(req, umask),
-            parent.0,
-            name.as_bytes(),
-            mode,
-        );
-        self.entry(reply, result, "mkdir", parent.0);
-    }
-
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.fs.unlink(&caller(req), parent.0, name.as_bytes());
-        empty(reply, result, "unlink", parent.0);
-    }
-
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.fs.rmdir(&caller(req), parent.0, name.as_bytes());
-        empty(reply, result, "rmdir", parent.0);
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        let result = self.fs.symlink(
-            &caller(req),
-            parent.0,
-            link_name.as_bytes(),
-            target.as_os_str().as_bytes(),
-        );
-        self.entry(reply, result, "symlink", parent.0);
+        self.attr(reply, result, "setattr", ino);
     }
 
     fn rename(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
+        req: &Request<'_>,
+        (name, newparent, newname): (&[u8], u64, &[u8]),
+        flags: u32,
+        reply: &mut Reply<'_>,
     ) {
+        let parent = req.nodeid();
         let Some(flags) = rename_flags(flags) else {
-            return reply.error(Errno::EINVAL);
+            return reply.error(libc::EINVAL);
         };
         // The kernel holds both parents locked: the names stay what they are until the reply.
         let moved = if parent != newparent {
             let exchanged = if flags.exchange {
-                self.subdirectory(newparent.0, newname.as_bytes())
+                self.subdirectory(newparent, newname)
             } else {
                 None
             };
-            [self.subdirectory(parent.0, name.as_bytes()), exchanged]
+            [self.subdirectory(parent, name), exchanged]
         } else {
             [None, None]
         };
-        let result = self.fs.rename(
-            &caller(req),
-            parent.0,
-            name.as_bytes(),
-            newparent.0,
-            newname.as_bytes(),
-            flags,
-        );
+        let result = self
+            .fs
+            .rename(&caller(req), parent, name, newparent, newname, flags);
         if result.is_ok() {
             moved
                 .into_iter()
                 .flatten()
                 .for_each(|ino| self.moved_directory(ino));
         }
-        empty(reply, result, "rename", parent.0);
+        empty(reply, result, "rename", parent);
     }
 
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        let result = self
-            .fs
-            .link(&caller(req), ino.0, newparent.0, newname.as_bytes());
-        self.entry(reply, result, "link", ino.0);
-    }
-
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        // From this answer on the kernel opens files itself: O_TRUNC comes as a SETATTR,
-        // and each write carries the descriptor's flags.
-        if self.no_open() {
-            return reply.error(Errno::ENOSYS);
-        }
-        match self.fs.open(&caller(req), ino.0, self.open_flags(flags.0)) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.fopen_flags()),
-            Err(e) => reply.error(errno("open", ino.0, &e)),
-        }
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let mode = libc::S_IFREG | (mode & 0o7777);
-        let flags = self.open_flags(flags);
-        match self.fs.create(
-            &caller_with_umask(req, umask),
-            parent.0,
-            name.as_bytes(),
-            mode,
-            flags,
-        ) {
+    fn create(&self, req: &Request<'_>, arg: &abi::CreateIn, name: &[u8], reply: &mut Reply<'_>) {
+        let parent = req.nodeid();
+        let mode = libc::S_IFREG | (arg.mode & 0o7777);
+        let flags = self.open_flags(arg.flags);
+        let who = opener(req, self.killpriv(), arg.flags, arg.open_flags, arg.umask);
+        match self.fs.create(&who, parent, name, mode, flags) {
             Ok((attr, fh)) => {
                 // Without OPEN the kernel sends no RELEASE for a created file either: the
                 // handle goes at once and the kernel's reference keeps the file (it counts
                 // the entry of this reply).
                 let fh = if self.no_open() {
                     if let Err(e) = self.fs.release(attr.ino, fh) {
-                        return reply.error(errno("create", parent.0, &e));
+                        return reply.error(errno("create", parent, &e));
                     }
                     NO_HANDLE
                 } else {
                     fh
                 };
-                reply.created(
-                    &self.config.ttl,
-                    &file_attr(&attr),
-                    generation(&attr),
-                    FileHandle(fh),
-                    self.fopen_flags(),
-                )
+                let open = OpenOut {
+                    fh,
+                    open_flags: self.fopen_flags(),
+                    backing_id: 0,
+                };
+                reply.create(&self.entry_out(&attr), &open)
             }
-            Err(e) => reply.error(errno("create", parent.0, &e)),
+            Err(e) => reply.error(errno("create", parent, &e)),
         }
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        match self.fs.read(ino.0, fh.0, offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(errno("read", ino.0, &e)),
-        }
-    }
-
-    fn write(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        // The kernel says whether the writer lacks CAP_FSETID (buffered and direct writes).
-        let writer = caller(req);
-        let unprivileged = write_flags
-            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            .then_some(&writer);
-        let written = self
-            .fs
-            .write_as(ino.0, fh.0, flags.0, offset, data, unprivileged);
-        match written {
-            Ok(written) => reply.written(written),
-            // With a writeback cache the kernel may write back pages of a file after its last
-            // name and handle went (and DualFS freed it): those bytes belong to nobody.
-            Err(e) if self.config.writeback_cache && e.errno() == libc::ENOENT => {
-                reply.written(data.len() as u32)
-            }
-            Err(e) => reply.error(errno("write", ino.0, &e)),
-        }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        // Data has reached DualFS when a write returns, so a close has nothing to flush: ENOSYS
-        // makes the kernel stop sending FLUSH (it is only sent at all with a writeback cache;
-        // without one, files are opened with FOPEN_NOFLUSH). Errors still surface.
-        match self.fs.flush(ino.0, fh.0) {
-            Ok(()) => reply.error(Errno::ENOSYS),
-            Err(e) => reply.error(errno("flush", ino.0, &e)),
-        }
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        // A file the kernel opened itself (the first one: the kernel learns of no-open
-        // support from that OPEN's answer, and releases it; and files created before).
-        if fh.0 == NO_HANDLE && self.no_open() {
-            return reply.ok();
-        }
-        empty(reply, self.fs.release(ino.0, fh.0), "release", ino.0);
-    }
-
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        empty(reply, self.fs.fsync(ino.0, datasync), "fsync", ino.0);
-    }
-
-    fn fallocate(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        let result = self
-            .fs
-            .fallocate_as(&caller(req), ino.0, fh.0, offset, length, mode);
-        empty(reply, result, "fallocate", ino.0);
-    }
-
-    fn lseek(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        // With a writeback cache the kernel asks without writing its dirty pages back first:
-        // the block map would call them holes. ENOSYS makes it answer from the size alone
-        // (all data) for the rest of the mount, which is never wrong.
-        if self.config.writeback_cache {
-            return reply.error(Errno::ENOSYS);
-        }
-        let whence = match whence {
-            libc::SEEK_DATA => Whence::Data,
-            libc::SEEK_HOLE => Whence::Hole,
-            _ => return reply.error(Errno::EINVAL),
-        };
-        let Ok(offset) = u64::try_from(offset) else {
-            return reply.error(Errno::ENXIO); // as ext4 and XFS answer a negative offset
-        };
-        match self.fs.seek(ino.0, offset, whence) {
-            Ok(at) => reply.offset(at as i64),
-            Err(e) => reply.error(errno("lseek", ino.0, &e)),
-        }
-    }
-
-    fn copy_file_range(
-        &self,
-        req: &Request,
-        ino_in: INodeNo,
-        fh_in: FileHandle,
-        offset_in: u64,
-        ino_out: INodeNo,
-        fh_out: FileHandle,
-        offset_out: u64,
-        len: u64,
-        flags: CopyFileRangeFlags,
-        reply: ReplyWrite,
-    ) {
-        let result = self.fs.copy_file_range_as(
-            &caller(req),
-            ino_in.0,
-            fh_in.0,
-            offset_in,
-            ino_out.0,
-            fh_out.0,
-            offset_out,
-            len,
-            u32::try_from(flags.bits()).unwrap_or(u32::MAX),
-        );
-        match result {
-            // The core copies at most COPY_MAX bytes, which fits.
-            Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(errno("copy_file_range", ino_in.0, &e)),
-        }
-    }
-
-    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The kernel checked the permissions and that it is a directory; from this answer on
-        // it opens directories itself (and sends no RELEASEDIR).
-        if self.no_opendir() {
-            return reply.error(Errno::ENOSYS);
-        }
-        match self.fs.opendir(&caller(req), ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.dir_fopen_flags()),
-            Err(e) => reply.error(errno("opendir", ino.0, &e)),
-        }
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, ino: u64, arg: &abi::ReadIn, reply: &mut Reply<'_>) {
+        let mut dir = reply.dir(arg.size);
         let mut accepted = 0usize;
         let result = {
             let mut add = |entry: &DirEntry| {
-                let name = OsStr::from_bytes(&entry.name);
-                let kind = file_type(entry.kind);
-                let full = reply.add(INodeNo(entry.ino), entry.cookie, kind, name);
-                accepted += usize::from(!full);
-                !full
+                let fits = dir.add(
+                    entry.ino,
+                    entry.cookie,
+                    dirent_type(entry.kind),
+                    &entry.name,
+                );
+                accepted += usize::from(fits);
+                fits
             };
-            self.fs.readdir(ino.0, offset, &mut add)
+            self.fs.readdir(ino, arg.offset, &mut add)
         };
         match result {
-            Ok(()) => reply.ok(),
+            Ok(()) => dir.finish(),
             // Hand out what was listed; the kernel asks again from the last cookie.
             Err(e) if accepted > 0 => {
-                errno("readdir", ino.0, &e);
-                reply.ok()
+                errno("readdir", ino, &e);
+                dir.finish()
             }
-            Err(e) => reply.error(errno("readdir", ino.0, &e)),
+            Err(e) => reply.error(errno("readdir", ino, &e)),
         }
     }
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+    fn readdirplus(&self, ino: u64, arg: &abi::ReadIn, reply: &mut Reply<'_>) {
         // The kernel counts a lookup for every entry in the reply except "." and ".."
         // (even those that no longer fit the reader's buffer), and so does the core for every
         // entry `add` accepts. So every accepted entry must reach the kernel: on a later
         // error the entries gathered so far are still sent.
         let ttl = self.config.ttl;
+        let mut dir = reply.dir(arg.size);
         let mut counted = 0usize;
         let result = {
             let mut add = |entry: &DirEntry, attr: &Attr| {
-                let name = OsStr::from_bytes(&entry.name);
-                let full = reply.add(
-                    INodeNo(entry.ino),
-                    entry.cookie,
-                    name,
-                    &ttl,
-                    &file_attr(attr),
-                    generation(attr),
-                );
-                if !full && !is_dot_or_dotdot(&entry.name) {
+                let out = entry_out(attr, ttl);
+                let fits = dir.add_plus(&out, entry.cookie, dirent_type(entry.kind), &entry.name);
+                if fits && !is_dot_or_dotdot(&entry.name) {
                     counted += 1;
                 }
-                !full
+                fits
             };
-            self.fs.readdirplus(ino.0, offset, &mut add)
+            self.fs.readdirplus(ino, arg.offset, &mut add)
         };
         match result {
-            Ok(()) => reply.ok(),
+            Ok(()) => dir.finish(),
             Err(e) if counted > 0 => {
-                errno("readdirplus", ino.0, &e);
-                reply.ok()
+                errno("readdirplus", ino, &e);
+                dir.finish()
             }
-            Err(e) => reply.error(errno("readdirplus", ino.0, &e)),
+            Err(e) => reply.error(errno("readdirplus", ino, &e)),
         }
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        empty(reply, self.fs.releasedir(ino.0, fh.0), "releasedir", ino.0);
-    }
-
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        empty(reply, self.fs.fsyncdir(ino.0, datasync), "fsyncdir", ino.0);
-    }
-
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs.statfs() {
-            Ok(s) => reply.statfs(
-                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
-            ),
-            Err(e) => reply.error(errno("statfs", ino.0, &e)),
+    fn lseek(&self, ino: u64, arg: &abi::LseekIn, reply: &mut Reply<'_>) {
+        // With a writeback cache the kernel asks without writing its dirty pages back first:
+        // the block map would call them holes. ENOSYS makes it answer from the size alone
+        // (all data) for the rest of the mount, which is never wrong.
+        if self.config.writeback_cache {
+            return reply.error(libc::ENOSYS);
         }
-    }
-
-    /// Inode flags and FS_IOC_SHUTDOWN (`crate::ioctl`); fuser answers unrestricted ioctls
-    /// (CUSE only) itself.
-    fn ioctl(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _flags: IoctlFlags,
-        cmd: u32,
-        in_data: &[u8],
-        out_size: u32,
-        reply: ReplyIoctl,
-    ) {
-        match crate::ioctl::ioctl(&self.fs, &caller(req), ino.0, cmd, in_data, out_size) {
-            Ok(out) => {
-                if crate::ioctl::changes_attributes(cmd) {
-                    self.attributes_changed(ino.0);
-                }
-                reply.ioctl(0, &out)
-            }
-            Err(e) => reply.error(errno("ioctl", ino.0, &e)),
-        }
-    }
-
-    fn setxattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        position: u32,
-        reply: ReplyEmpty,
-    ) {
-        // Positions are macOS's resource forks; unknown flags are the kernel's to refuse.
-        if position != 0 || flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
-            return reply.error(Errno::EINVAL);
-        }
-        let flags = XattrFlags {
-            create: flags & libc::XATTR_CREATE != 0,
-            replace: flags & libc::XATTR_REPLACE != 0,
+        let whence = match arg.whence as i32 {
+            libc::SEEK_DATA => Whence::Data,
+            libc::SEEK_HOLE => Whence::Hole,
+            _ => return reply.error(libc::EINVAL),
         };
-        let result = self
-            .fs
-            .setxattr(&caller(req), ino.0, name.as_bytes(), value, flags);
-        empty(reply, result, "setxattr", ino.0);
-    }
-
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let who = caller(req);
-        if size == 0 {
-            // The size probe (the kernel's security.capability check before writes is one):
-            // answered from the record, or from the inode's flags alone.
-            return match self.fs.getxattr_len(&who, ino.0, name.as_bytes()) {
-                Ok(len) => reply.size(len as u32),
-                Err(e) => reply.error(errno("getxattr", ino.0, &e)),
-            };
+        // The kernel sends the offset as a u64 of a signed loff_t.
+        let Ok(offset) = u64::try_from(arg.offset as i64) else {
+            return reply.error(libc::ENXIO); // as ext4 and XFS answer a negative offset
+        };
+        match self.fs.seek(ino, offset, whence) {
+            Ok(at) => reply.lseek(at),
+            Err(e) => reply.error(errno("lseek", ino, &e)),
         }
-        match self.fs.getxattr(&who, ino.0, name.as_bytes()) {
-            Ok(value) => reply_xattr(reply, size, &value),
-            Err(e) => reply.error(errno("getxattr", ino.0, &e)),
-        }
-    }
-
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(&caller(req), ino.0) {
-            Ok(names) => reply_xattr(reply, size, &names),
-            Err(e) => reply.error(errno("listxattr", ino.0, &e)),
-        }
-    }
-
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.fs.removexattr(&caller(req), ino.0, name.as_bytes());
-        empty(reply, result, "removexattr", ino.0);
-    }
-}
-
-/// A time the kernel sent. fuser 0.18 turns a negative (seconds, nanoseconds) pair into
-/// `UNIX_EPOCH - (|seconds| + nanoseconds)` instead of `UNIX_EPOCH - |seconds| + nanoseconds`;
-/// undo that so times before 1970 arrive exactly.
-fn kernel_time(t: std::time::SystemTime) -> Timespec {
-    match std::time::UNIX_EPOCH.duration_since(t) {
-        Ok(before) if !before.is_zero() => Timespec {
-            sec: -(before.as_secs() as i64),
-            nsec: before.subsec_nanos(),
-        },
-        _ => Timespec::from_system_time(t),
     }
 }
 
@@ -1135,72 +1028,82 @@ mod tests {
 
     #[test]
     fn attr_converts_field_by_field() {
-        let a = file_attr(&attr(FileKind::Symlink));
-        assert_eq!(a.ino, INodeNo(42));
-        assert_eq!(a.kind, FileType::Symlink);
-        assert_eq!((a.perm, a.nlink, a.uid, a.gid), (0o4755, 3, 1000, 100));
+        let a = fuse_attr(&attr(FileKind::Symlink));
+        assert_eq!(a.ino, 42);
+        assert_eq!(a.mode, libc::S_IFLNK | 0o4755);
+        assert_eq!((a.nlink, a.uid, a.gid), (3, 1000, 100));
         assert_eq!(
             (a.rdev, a.size, a.blocks, a.blksize, a.flags),
             (0x0801, 12345, 32, 4096, 0)
         );
-        assert_eq!(a.mtime, Timespec { sec: 3, nsec: 4 }.to_system_time());
-        assert_eq!(a.ctime, Timespec { sec: -5, nsec: 6 }.to_system_time());
-        assert_eq!(generation(&attr(FileKind::Regular)), Generation(7));
+        assert_eq!((a.atime, a.atimensec), (1, 2));
+        assert_eq!((a.mtime, a.mtimensec), (3, 4));
+        // Before 1970: the seconds are negative, the nanoseconds count forward from them.
+        assert_eq!((a.ctime as i64, a.ctimensec), (-5, 6));
+        let e = entry_out(&attr(FileKind::Regular), Duration::from_millis(1500));
+        assert_eq!((e.nodeid, e.generation), (42, 7));
+        assert_eq!((e.entry_valid, e.entry_valid_nsec), (1, 500_000_000));
+        assert_eq!((e.attr_valid, e.attr_valid_nsec), (1, 500_000_000));
     }
 
     #[test]
-    fn every_kind_has_a_file_type() {
+    fn every_kind_has_a_dirent_type() {
         for code in 1..=7 {
             let kind = FileKind::from_code(code).unwrap();
             let expected = match kind {
-                FileKind::Regular => FileType::RegularFile,
-                FileKind::Directory => FileType::Directory,
-                FileKind::Symlink => FileType::Symlink,
-                FileKind::CharDevice => FileType::CharDevice,
-                FileKind::BlockDevice => FileType::BlockDevice,
-                FileKind::Fifo => FileType::NamedPipe,
-                FileKind::Socket => FileType::Socket,
+                FileKind::Regular => libc::DT_REG,
+                FileKind::Directory => libc::DT_DIR,
+                FileKind::Symlink => libc::DT_LNK,
+                FileKind::CharDevice => libc::DT_CHR,
+                FileKind::BlockDevice => libc::DT_BLK,
+                FileKind::Fifo => libc::DT_FIFO,
+                FileKind::Socket => libc::DT_SOCK,
             };
-            assert_eq!(file_type(kind), expected);
+            assert_eq!(dirent_type(kind), u32::from(expected));
         }
     }
 
     #[test]
-    fn hostile_times_do_not_panic() {
+    fn hostile_times_are_clamped() {
         for sec in [i64::MAX, i64::MIN, 0, -1] {
-            system_time(Timespec {
+            let (s, ns) = kernel_time(Timespec {
                 sec,
                 nsec: u32::MAX,
             });
+            assert_eq!((s as i64, ns), (sec, 999_999_999));
         }
+        assert_eq!(
+            core_time(-3i64 as u64, 2_000_000_000),
+            Timespec {
+                sec: -3,
+                nsec: 999_999_999
+            }
+        );
     }
 
     #[test]
     fn rename_flags_map_or_are_invalid() {
+        assert_eq!(rename_flags(0), Some(CoreRenameFlags::default()));
         assert_eq!(
-            rename_flags(RenameFlags::empty()),
-            Some(CoreRenameFlags::default())
-        );
-        assert_eq!(
-            rename_flags(RenameFlags::RENAME_NOREPLACE),
+            rename_flags(libc::RENAME_NOREPLACE),
             Some(CoreRenameFlags {
                 noreplace: true,
                 exchange: false
             })
         );
         assert_eq!(
-            rename_flags(RenameFlags::RENAME_EXCHANGE),
+            rename_flags(libc::RENAME_EXCHANGE),
             Some(CoreRenameFlags {
                 noreplace: false,
                 exchange: true
             })
         );
-        assert_eq!(rename_flags(RenameFlags::RENAME_WHITEOUT), None);
+        assert_eq!(rename_flags(libc::RENAME_WHITEOUT), None);
         assert_eq!(
-            rename_flags(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE),
+            rename_flags(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE),
             None
         );
-        assert_eq!(rename_flags(RenameFlags::from_bits_retain(1 << 20)), None);
+        assert_eq!(rename_flags(1 << 20), None);
     }
 
     #[test]
@@ -1213,5 +1116,36 @@ mod tests {
         );
         let ro_trunc = libc::O_RDONLY | libc::O_TRUNC;
         assert_eq!(core_open_flags(ro_trunc, true), ro_trunc);
+    }
+
+    #[test]
+    fn init_asks_for_what_the_options_say() {
+        let flags = |config: FuseConfig| config.init_config().flags;
+        let default = flags(FuseConfig::default());
+        assert_eq!(default, InitConfig::DUALFS_DEFAULT_FLAGS);
+        let wb = flags(FuseConfig {
+            writeback_cache: true,
+            ..FuseConfig::default()
+        });
+        assert_eq!(wb, default | init_flags::WRITEBACK_CACHE);
+        let no_open = flags(FuseConfig {
+            no_open: true,
+            ..FuseConfig::default()
+        });
+        assert_eq!(
+            no_open,
+            (default & !init_flags::ATOMIC_O_TRUNC) | init_flags::NO_OPEN_SUPPORT
+        );
+        let dio = flags(FuseConfig {
+            direct_io: true,
+            no_open: true,
+            dir_cache: DirCache::Off,
+            readdirplus: Readdirplus::Never,
+            ..FuseConfig::default()
+        });
+        assert_eq!(dio & init_flags::NO_OPEN_SUPPORT, 0);
+        assert_eq!(dio & init_flags::NO_OPENDIR_SUPPORT, 0);
+        assert_eq!(dio & init_flags::DO_READDIRPLUS, 0);
+        assert_ne!(dio & init_flags::DIRECT_IO_ALLOW_MMAP, 0);
     }
 }

@@ -98,8 +98,8 @@ fn man_pages() -> Vec<dualfs::man_pages::Page> {
 }
 
 /// Started with stdin, stdout or stderr closed, the program would open a device or
-/// /dev/fuse as descriptor 0, 1 or 2 (which fuser refuses with a panic, and which a stray
-/// print could write into). Fill any such gap with /dev/null.
+/// /dev/fuse as descriptor 0, 1 or 2 (which a stray print could write into). Fill any such
+/// gap with /dev/null.
 fn ensure_standard_streams_open() {
     for fd in 0..=2 {
         // SAFETY: F_GETFD only asks whether the descriptor is open.

@@ -285,8 +285,8 @@ fn open_unlinked_file_stays_usable_without_open() {
 /// A read-only mount lets the kernel open files itself (nothing OPEN guards on a read-write
 /// mount can happen there): after the first OPEN, answered ENOSYS, no open reaches DualFS, and
 /// reads through the kernel's own handles see the files. `-o ro,open` sends every open. The
-/// requests are counted in fuser's debug log of each one ("OPEN flags ..."); the `ro,open`
-/// mount is the control that the count sees them.
+/// requests are counted in the session layer's debug log of each one ("OPEN flags ..."); the
+/// `ro,open` mount is the control that the count sees them.
 #[test]
 fn a_read_only_mount_lets_the_kernel_open_files_itself() {
     dualfs_only!();
@@ -300,7 +300,7 @@ fn a_read_only_mount_lets_the_kernel_open_files_itself() {
         let mut ro = TestFs::builder()
             .images(fs.meta_path(), fs.data_path())
             .mount_opts(opts)
-            .daemon_env("RUST_LOG", "warn,fuser::request=debug")
+            .daemon_env("RUST_LOG", "warn,dualfs::session::request=debug")
             .mount();
         for _ in 0..2 {
             for (i, name) in names.iter().enumerate() {

@@ -369,6 +369,52 @@ fn what_a_change_takes_away_depends_on_who_makes_it() {
     assert_eq!(perm(&lstat(&d)), 0o2777, "chown of a directory");
 }
 
+/// Root without CAP_FSETID is an unprivileged truncater: a truncate (SETATTR of the size) and
+/// an open with O_TRUNC take set-ID bits away, as on Linux file systems. For DualFS the kernel
+/// says so with each request (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID): asking /proc about
+/// a root caller would have kept them.
+#[test]
+fn root_without_cap_fsetid_truncates_set_ids_away() {
+    let fs = TestFs::new();
+    let f = fs.join("prog");
+    file_of(&f, ALICE, 0o6777);
+    fs::write(&f, b"some bytes").unwrap();
+    let without_fsetid = |script: &str| {
+        let out = std::process::Command::new("setpriv")
+            .args([
+                "--inh-caps=-fsetid",
+                "--bounding-set=-fsetid",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(&f)
+            .output()
+            .expect("setpriv (util-linux)");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    without_fsetid("truncate -s 3 \"$1\"");
+    assert_eq!(fs::metadata(&f).unwrap().len(), 3);
+    assert_eq!(perm(&lstat(&f)), 0o777, "truncate(2) without CAP_FSETID");
+    chmod(&f, 0o6777).unwrap();
+    without_fsetid(": > \"$1\"");
+    assert_eq!(fs::metadata(&f).unwrap().len(), 0);
+    assert_eq!(perm(&lstat(&f)), 0o777, "open(O_TRUNC) without CAP_FSETID");
+    // With the capability, as before.
+    chmod(&f, 0o6777).unwrap();
+    std::process::Command::new("truncate")
+        .args(["-s", "5"])
+        .arg(&f)
+        .status()
+        .unwrap();
+    assert_eq!(perm(&lstat(&f)), 0o6777, "root's truncate keeps them");
+}
+
 /// `security.capability` of version 2 granting CAP_NET_RAW, as setcap writes it.
 fn capability_value() -> Vec<u8> {
     let mut v = 0x0200_0001u32.to_le_bytes().to_vec(); // VFS_CAP_REVISION_2 | effective

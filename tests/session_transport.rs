@@ -91,7 +91,7 @@ impl Mounted {
         let _ = umount2(self.dir.path(), MntFlags::MNT_DETACH);
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            session.join();
+            let _ = session.join();
             let _ = tx.send(());
         });
         assert!(

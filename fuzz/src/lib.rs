@@ -36,6 +36,7 @@ pub const U: Caller = Caller {
     gid: 1000,
     pid: 0,
     umask: 0,
+    holds_fsetid: None,
 };
 
 fn quiet() -> MountOptions {

@@ -8,6 +8,7 @@ use dualfs::control_protocol::{
     encode_line, PassReport, Request, Response, MAX_LINE, PROTOCOL_VERSION,
 };
 use dualfs::fs::Fs;
+use dualfs::session::Transport;
 use dualfs::FsError;
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -16,7 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 /// Why a remount was refused: an errno and a line for the person who asked.
@@ -84,6 +85,7 @@ impl ControlServer {
         owner: u32,
         mountpoint: &Path,
         remounter: Option<Arc<Remounter>>,
+        transport: Arc<OnceLock<Transport>>,
     ) -> io::Result<ControlServer> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -128,6 +130,7 @@ impl ControlServer {
                         remounter,
                         owner,
                         mountpoint,
+                        transport,
                     };
                     accept_loop(serving, listener, stopping, shared)
                 })?
@@ -175,6 +178,8 @@ struct Serving {
     remounter: Option<Arc<Remounter>>,
     owner: u32,
     mountpoint: String,
+    /// The FUSE transport, once the session serves.
+    transport: Arc<OnceLock<Transport>>,
 }
 
 fn accept_loop(
@@ -273,6 +278,7 @@ fn serve_connection(serving: &Serving, stream: UnixStream) -> io::Result<()> {
                     version: PROTOCOL_VERSION,
                     pid: std::process::id(),
                     mountpoint: mountpoint.to_string(),
+                    transport: serving.transport.get().map(|t| t.to_string()),
                 }
             }
             Ok(Request::Remount { options }) => remount(serving.remounter.as_deref(), &options),

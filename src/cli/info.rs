@@ -52,6 +52,9 @@ pub struct Info {
     pub dead_mount: Option<String>,
     /// Where it is mounted, when it is (and the mount could be found).
     pub mountpoint: Option<PathBuf>,
+    /// The FUSE transport the mount serves over, "uring" or "dev" (when mounted read-write:
+    /// a read-only mount has no control socket to ask).
+    pub transport: Option<String>,
     pub mounted: bool,
 }
 
@@ -116,6 +119,8 @@ pub fn run(args: InfoArgs) -> ExitCode {
 struct Usage {
     status: Status,
     data_free_blocks: u64,
+    /// The mount's FUSE transport, when mounted.
+    transport: Option<String>,
 }
 
 fn info(meta_arg: &Path) -> Result<Info, CliError> {
@@ -243,6 +248,7 @@ fn assemble(
 ) -> Info {
     let segment_bytes = sb.segment_blocks as u64 * sb.block_size as u64;
     let status = usage.as_ref().map(|u| &u.status);
+    let transport = usage.as_ref().and_then(|u| u.transport.clone());
     let free = usage.as_ref().map(|u| u.data_free_blocks);
     Info {
         label: sb.label.clone(),
@@ -284,6 +290,7 @@ fn assemble(
         },
         dead_mount,
         mountpoint,
+        transport,
         mounted,
     }
 }
@@ -314,6 +321,7 @@ fn usage_unmounted(
     let usage = Usage {
         status: fs.cleaner_status(),
         data_free_blocks: fs.statfs()?.bfree,
+        transport: None,
     };
     fs.unmount()?;
     Ok(usage)
@@ -332,9 +340,14 @@ fn usage_of_mount(mountpoint: &Path) -> Result<Usage, String> {
         })?;
     let st = nix::sys::statvfs::statvfs(mountpoint)
         .map_err(|e| format!("statfs {}: {}", mountpoint.display(), e.desc()))?;
+    let transport = Client::connect(mountpoint)
+        .and_then(|mut c| c.transport("dualfs info"))
+        .ok()
+        .flatten();
     Ok(Usage {
         status,
         data_free_blocks: st.blocks_free(),
+        transport,
     })
 }
 
@@ -368,6 +381,9 @@ fn render(i: &Info) -> String {
         None => "no".to_string(),
     };
     lines.push(("Mounted", mounted));
+    if let Some(t) = &i.transport {
+        lines.push(("FUSE transport", t.clone()));
+    }
     lines.push((
         "Last checkpoint",
         format!(

@@ -1,11 +1,11 @@
 //! The daemon's own mount(2) of its FUSE connection.
 //!
-//! fuser's `Session::new` mounts with the kernel type `fuse` and unmounts when its session
-//! loop returns, which destroys the one fact that tells how a session ended: whether the
-//! mount is still there. So when the daemon may call mount(2) itself (root), it opens
-//! /dev/fuse, mounts it as `fuse.<subtype>` (`fuse.dualfs`: what /proc/mounts, findmnt and
-//! fstab show) with META as the source, hands the descriptor to `Session::from_fd`, and owns
-//! the unmount. After the session loop returns, [`KernelMount::still_mounted`] says whether
+//! Unmounting when a session ends (as libfuse's and fuser's sessions do) would destroy the
+//! one fact that tells how it ended: whether the mount is still there. So when the daemon may
+//! call mount(2) itself (root), it opens /dev/fuse, mounts it as `fuse.<subtype>`
+//! (`fuse.dualfs`: what /proc/mounts, findmnt and fstab show) with META as the source, hands
+//! the descriptor to the session layer (`dualfs::session::Session::handshake`), and owns the
+//! unmount. After the session's threads end, [`KernelMount::still_mounted`] says whether
 //! the kernel ended the connection because the file system was unmounted (the mount is gone)
 //! or aborted it under a mount that stays (`/sys/fs/fuse/connections/N/abort`, `umount -f`
 //! of a busy mount). docs/DESIGN.md ("The mount and how a session ends") gives the kernel's reasons.

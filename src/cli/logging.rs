@@ -1,10 +1,10 @@
 //! Log setup: RUST_LOG levels, by default `info` for DualFS and `warn` for everything else
-//! (fuser included).
+//! (the libraries included).
 
 use env_logger::{Builder, Env, Target, WriteStyle};
 use std::fs::File;
 
-const DEFAULT_FILTER: &str = "warn,dualfs=info,fuser=error";
+const DEFAULT_FILTER: &str = "warn,dualfs=info";
 
 /// Where log lines go.
 pub enum LogTo {

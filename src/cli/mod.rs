@@ -4,6 +4,7 @@ pub mod control_server;
 pub mod data_path;
 pub mod device;
 pub mod error;
+pub mod fusermount;
 pub mod helper;
 pub mod info;
 pub mod kernel_mount;

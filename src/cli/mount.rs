@@ -22,13 +22,13 @@ use dualfs::daemon::{
 use dualfs::fs::Fs;
 use dualfs::fuse::DualFuse;
 use dualfs::mountinfo::{self, DUALFS_FS_TYPE};
-use fuser::{Session, SessionACL};
+use dualfs::session::{Acl, Handshake, Session, SessionConfig, Transport};
 use log::{error, info, warn};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -283,7 +283,10 @@ fn open_log(args: &MountArgs) -> Result<Option<File>, CliError> {
 /// The mounted file system, from the core's side and the kernel's.
 struct Mounted {
     fs: Arc<Fs>,
-    session: Session<DualFuse>,
+    /// INIT is answered; requests wait until `serve` starts the session.
+    handshake: Handshake<DualFuse>,
+    /// The transport the session serves over, for the control socket's `hello`.
+    transport: Arc<OnceLock<Transport>>,
     kernel: KernelSide,
     pid_file: Option<PathBuf>,
     /// The mount point of this daemon's own line in libmount's table, when it wrote one.
@@ -297,7 +300,8 @@ struct Mounted {
 enum KernelSide {
     /// Our own mount(2) (root): we unmount, and can look at the mount when the session ends.
     Own(Arc<KernelMount>),
-    /// fusermount, through fuser (not root): fuser unmounts as its session loop returns.
+    /// fusermount3 (not root), which passed the descriptor back: whether the mount is still
+    /// there when the session ends cannot be told for sure (fusermount3 leaves no mount id).
     Fusermount,
 }
 
@@ -386,14 +390,26 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
 
     let Mounted {
         fs,
-        session,
+        handshake,
+        transport,
         kernel,
         pid_file,
         utab_line,
         mut control,
     } = mounted;
     // Returns when the kernel ends the connection: an unmount (external or ours), an abort.
-    let result = session.run();
+    let result = handshake.serve().and_then(|session| {
+        let serving = session.transport();
+        info!("FUSE transport: {serving}");
+        if plan.settings.transport == Some(Transport::Uring) && serving != Transport::Uring {
+            warn!(
+                "-o transport=uring: the kernel's FUSE over io_uring could not be used (see \
+                 above; /sys/module/fuse/parameters/enable_uring), serving over /dev/fuse"
+            );
+        }
+        let _ = transport.set(serving);
+        session.join()
+    });
     let ending = ending(&kernel, result);
     let mountpoint = plan.mountpoint.display();
     match (&ending, &kernel) {
@@ -426,8 +442,10 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
     // The devices' locks go with the last reference: free the images for the next mount or
     // mkfs before anything else.
     drop(fs);
-    if let (Ending::Aborted | Ending::Failed(_), KernelSide::Own(mount)) = (&ending, &kernel) {
-        mount.detach_dead_mount();
+    match (&ending, &kernel) {
+        (Ending::Aborted | Ending::Failed(_), KernelSide::Own(mount)) => mount.detach_dead_mount(),
+        (_, KernelSide::Fusermount) => detach_fusermount_mount(&plan),
+        _ => {}
     }
     if let Some(mountpoint) = &utab_line {
         let utab = super::utab::path();
@@ -503,21 +521,21 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
         )
     })?;
 
-    let adapter = DualFuse::new(fs.clone(), plan.settings.fuse_config());
-    let notifier_slot = adapter.notifier_slot();
-    let mut config = fuser::Config::default();
-    config.mount_options = plan.settings.fuse_mount_options(&plan.meta);
-    config.acl = plan.settings.session_acl(nix::unistd::geteuid().is_root());
-    config.n_threads = Some(plan.threads);
-    config.clone_fd = true;
-    let (mut session, kernel) = start_session(plan, adapter, config)?;
-    // Before any request is served (the session runs below).
-    let _ = notifier_slot.set(session.notifier());
-    set_readahead(&plan.mountpoint, plan.settings.readahead_kb());
+    let adapter = Arc::new(DualFuse::new(fs.clone(), plan.settings.fuse_config()));
+    let config = SessionConfig {
+        init: adapter.init_config(),
+        threads: plan.threads,
+        transport: plan.settings.transport(),
+        acl: plan.settings.session_acl(nix::unistd::geteuid().is_root()),
+        ..SessionConfig::default()
+    };
+    let (handshake, kernel) = start_session(plan, adapter, &config)?;
+    let transport = Arc::new(OnceLock::new());
+    set_readahead(plan);
 
     let unmounter = match &kernel {
         KernelSide::Own(mount) => Unmounter::Own(mount.clone()),
-        KernelSide::Fusermount => Unmounter::Fuser(session.unmount_callable()),
+        KernelSide::Fusermount => Unmounter::Fusermount,
     };
     spawn_signal_watcher(unmounter, plan.mountpoint.clone())
         .map_err(|e| format!("cannot start the signal thread: {}", describe_io(&e)))?;
@@ -554,7 +572,15 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
             ))),
             KernelSide::Fusermount => None,
         };
-        match ControlServer::start(fs.clone(), &path, owner, &plan.mountpoint, remounter) {
+        let served = transport.clone();
+        match ControlServer::start(
+            fs.clone(),
+            &path,
+            owner,
+            &plan.mountpoint,
+            remounter,
+            served,
+        ) {
             Ok(c) => Some(c),
             Err(e) => {
                 warn!(
@@ -569,7 +595,8 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     };
     Ok(Mounted {
         fs,
-        session,
+        handshake,
+        transport,
         kernel,
         pid_file,
         utab_line,
@@ -594,12 +621,13 @@ fn record_utab_line(mountpoint: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Mount the FUSE connection and finish the INIT handshake: our own mount(2) when this
-/// process may mount, fusermount (through fuser) when mount(2) says EPERM.
-/// Set the mount's read-ahead window (its bdi's `read_ahead_kb`). The device numbers come from
-/// mountinfo: a stat of the mount point would wait for a session that is not served yet. A
-/// failure only costs speed.
-fn set_readahead(mountpoint: &Path, kb: u64) {
+/// Set the mount's read-ahead window (its bdi's `read_ahead_kb`): after INIT, which can only
+/// lower it, and before the session serves, so that no reader sees the kernel's default.
+/// The device numbers come from mountinfo: a stat of the mount point would wait for a
+/// session that is not served yet. A failure only costs speed.
+fn set_readahead(plan: &MountPlan) {
+    let mountpoint = &plan.mountpoint;
+    let kb = plan.settings.readahead_kb();
     let table = match mountinfo::read() {
         Ok(table) => table,
         Err(e) => return info!("read-ahead left as it is: cannot read mountinfo: {e}"),
@@ -620,11 +648,13 @@ fn set_readahead(mountpoint: &Path, kb: u64) {
     }
 }
 
+/// Mount the FUSE connection and finish the INIT handshake: our own mount(2) when this
+/// process may mount, fusermount3 when mount(2) says EPERM.
 fn start_session(
     plan: &MountPlan,
-    adapter: DualFuse,
-    config: fuser::Config,
-) -> Result<(Session<DualFuse>, KernelSide), String> {
+    adapter: Arc<DualFuse>,
+    config: &SessionConfig,
+) -> Result<(Handshake<DualFuse>, KernelSide), String> {
     let mount_failed = |e: &std::io::Error| {
         format!(
             "cannot mount on {}: {}",
@@ -634,18 +664,19 @@ fn start_session(
     };
     let fs_type = plan.settings.fs_type();
     let source = plan.settings.source(&plan.meta);
+    let allow_other = config.acl != Acl::Owner;
     let request = MountRequest {
         mountpoint: &plan.mountpoint,
         fs_type: &fs_type,
         source: &source,
         flags: plan.settings.kernel_flags(),
-        allow_other: config.acl != SessionACL::Owner,
+        allow_other,
     };
     match KernelMount::mount(&request) {
         Ok((fd, mount)) => {
-            let acl = config.acl;
-            // Returns once the kernel finished the INIT handshake: the mount is usable.
-            match Session::from_fd(adapter, fd, acl, config) {
+            // Returns once the kernel finished the INIT handshake: the mount is usable once
+            // the session serves.
+            match Session::handshake(adapter, fd, config) {
                 Ok(session) => Ok((session, KernelSide::Own(Arc::new(mount)))),
                 Err(e) => {
                     mount.detach_dead_mount();
@@ -654,13 +685,36 @@ fn start_session(
             }
         }
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            info!("mount(2) is not allowed to this user: mounting through fusermount");
-            // Returns once the kernel finished the INIT handshake: the mount is usable.
-            let session =
-                Session::new(adapter, &plan.mountpoint, &config).map_err(|e| mount_failed(&e))?;
-            Ok((session, KernelSide::Fusermount))
+            info!("mount(2) is not allowed to this user: mounting through fusermount3");
+            let options = plan.settings.fusermount_options(&plan.meta, allow_other);
+            let fd = super::fusermount::mount(&plan.mountpoint, &options)
+                .map_err(|e| mount_failed(&e))?;
+            match Session::handshake(adapter, fd, config) {
+                Ok(session) => Ok((session, KernelSide::Fusermount)),
+                Err(e) => {
+                    detach_fusermount_mount(plan);
+                    Err(mount_failed(&e))
+                }
+            }
         }
         Err(e) => Err(mount_failed(&e)),
+    }
+}
+
+/// After a session on a mount made through fusermount3 ended, or failed to start: detach the
+/// mount if it is still there (the topmost mount at the mount point of our type and
+/// source), as libfuse does, so that the mount point is usable again.
+fn detach_fusermount_mount(plan: &MountPlan) {
+    let Ok(table) = mountinfo::read() else {
+        return;
+    };
+    let ours = mountinfo::topmost_at(&table, &plan.mountpoint).is_some_and(|top| {
+        top.fs_type == plan.settings.fs_type() && top.source == plan.settings.source(&plan.meta)
+    });
+    if ours {
+        if let Err(why) = super::fusermount::unmount(&plan.mountpoint, true) {
+            warn!("cannot detach {}: {why}", plan.mountpoint.display());
+        }
     }
 }
 

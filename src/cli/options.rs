@@ -6,13 +6,13 @@ use super::error::CliError;
 use dualfs::device::DeviceIo;
 use dualfs::fs::MountOptions;
 use dualfs::fuse::{DirCache, FuseConfig, Readdirplus};
-use fuser::{MountOption, SessionACL};
+use dualfs::session::{Acl, Transport};
 use nix::mount::MsFlags;
 use std::path::Path;
 use std::time::Duration;
 
 /// The read-ahead window unless `readahead=` says otherwise: 1 MiB, four FUSE read requests
-/// of `max_write`'s default 256 KiB (fuser derives max_pages from it; docs/DESIGN.md, "FUSE
+/// of `max_write`'s default 256 KiB (INIT derives max_pages from it; docs/DESIGN.md, "FUSE
 /// levers").
 pub const DEFAULT_READAHEAD: u64 = 1 << 20;
 
@@ -29,7 +29,7 @@ pub struct MountSettings {
     pub read_only: bool,
     /// `allow_other` or `allow_root`; neither: see `session_acl`.
     pub allow: Option<Allow>,
-    /// `Some(true)` for `dev`, `Some(false)` for `nodev`; `None` leaves fuser's default.
+    /// `Some(true)` for `dev`, `Some(false)` for `nodev`; `None` leaves FUSE's default.
     pub dev: Option<bool>,
     pub suid: Option<bool>,
     pub exec: Option<bool>,
@@ -67,6 +67,9 @@ pub struct MountSettings {
     pub max_write: Option<u64>,
     /// `devio=direct|buffered`: the devices' I/O, past the page cache or through it.
     pub devio: Option<DeviceIo>,
+    /// `transport=uring|dev`: how FUSE requests travel; unset: io_uring where the kernel
+    /// offers it, /dev/fuse otherwise.
+    pub transport: Option<Transport>,
     /// Options that only mean something to mount(8), fstab or systemd, accepted and ignored.
     pub ignored: Vec<String>,
 }
@@ -223,6 +226,14 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
          not cached a second time for the data device, large writes are faster, and the \
          devices see DualFS's own requests; each small write waits for the device). direct on \
          an image whose file system refuses O_DIRECT fails the mount",
+    ),
+    (
+        "transport=uring|dev",
+        "how FUSE requests travel between the kernel and DualFS: FUSE over io_uring (one ring \
+         per CPU; the default where the kernel offers it, i.e. \
+         /sys/module/fuse/parameters/enable_uring is Y) or read() and write() on /dev/fuse. \
+         Where the ring cannot be set up the mount serves over /dev/fuse and says so in its \
+         log; `dualfs info` shows the transport in use",
     ),
     (
         "defaults, auto, noauto, nofail, _netdev, user, users, nouser, owner, group, \
@@ -455,6 +466,14 @@ pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), Cl
                 _ => return Err(bad_value(key, text, "expected buffered or direct")),
             });
         }
+        "transport" => {
+            let text = needs_value(key, value, "uring|dev")?;
+            s.transport = Some(match text {
+                "uring" => Transport::Uring,
+                "dev" => Transport::Dev,
+                _ => return Err(bad_value(key, text, "expected uring or dev")),
+            });
+        }
         "readdirplus" => {
             let text = needs_value(key, value, "never|auto|always")?;
             s.readdirplus = Some(match text {
@@ -584,42 +603,39 @@ impl MountSettings {
         flags
     }
 
-    /// fuser's mount options. `default_permissions` is always on: the core leaves
-    /// permission checks to the kernel.
-    pub fn fuse_mount_options(&self, meta: &Path) -> Vec<MountOption> {
-        let fsname = self.source(meta);
-        let subtype = self.subtype.clone().unwrap_or_else(|| "dualfs".into());
+    /// The options fusermount3 mounts with (for a user who may not call mount(2)).
+    /// `default_permissions` is always on: the core leaves permission checks to the kernel.
+    /// Commas and backslashes in names are escaped, as fusermount3 reads them.
+    pub fn fusermount_options(&self, meta: &Path, allow_other: bool) -> Vec<String> {
+        let escape = |s: &str| s.replace('\\', "\\\\").replace(',', "\\,");
+        let fsname = escape(&self.source(meta));
+        let subtype = escape(self.subtype.as_deref().unwrap_or("dualfs"));
         let mut options = vec![
-            MountOption::DefaultPermissions,
-            MountOption::FSName(fsname),
-            MountOption::Subtype(subtype),
-            if self.read_only {
-                MountOption::RO
-            } else {
-                MountOption::RW
-            },
+            "default_permissions".to_string(),
+            format!("fsname={fsname}"),
+            format!("subtype={subtype}"),
+            if self.read_only { "ro" } else { "rw" }.to_string(),
         ];
         let toggles = [
-            (self.dev, MountOption::Dev, MountOption::NoDev),
-            (self.suid, MountOption::Suid, MountOption::NoSuid),
-            (self.exec, MountOption::Exec, MountOption::NoExec),
+            (self.dev, "dev", "nodev"),
+            (self.suid, "suid", "nosuid"),
+            (self.exec, "exec", "noexec"),
             // The kernel leaves FUSE's access times to DualFS; this only shows in mount(8).
-            (
-                self.atime.map(|a| a != Atime::Never),
-                MountOption::Atime,
-                MountOption::NoAtime,
-            ),
-            (self.sync, MountOption::Sync, MountOption::Async),
+            (self.atime.map(|a| a != Atime::Never), "atime", "noatime"),
+            (self.sync, "sync", "async"),
         ];
         for (setting, on, off) in toggles {
             match setting {
-                Some(true) => options.push(on),
-                Some(false) => options.push(off),
+                Some(true) => options.push(on.to_string()),
+                Some(false) => options.push(off.to_string()),
                 None => {}
             }
         }
         if self.dirsync {
-            options.push(MountOption::DirSync);
+            options.push("dirsync".to_string());
+        }
+        if allow_other {
+            options.push("allow_other".to_string());
         }
         options
     }
@@ -628,14 +644,14 @@ impl MountSettings {
     /// open to every user, as a kernel file system is (permissions are the kernel's to check:
     /// `default_permissions` is always on); `allow_root` keeps it to root. A mount made by
     /// another user is that user's alone (`allow_other` then needs `user_allow_other` in
-    /// /etc/fuse.conf, as for every FUSE file system). fuser enforces allow_root itself; the
-    /// kernel only knows allow_other.
-    pub fn session_acl(&self, mounted_by_root: bool) -> SessionACL {
+    /// /etc/fuse.conf, as for every FUSE file system). The session enforces allow_root itself
+    /// (`dualfs::session::Acl`); the kernel only knows allow_other.
+    pub fn session_acl(&self, mounted_by_root: bool) -> Acl {
         match self.allow {
-            None if mounted_by_root => SessionACL::All,
-            None => SessionACL::Owner,
-            Some(Allow::Root) => SessionACL::RootAndOwner,
-            Some(Allow::Everyone) => SessionACL::All,
+            None if mounted_by_root => Acl::All,
+            None => Acl::Owner,
+            Some(Allow::Root) => Acl::RootAndOwner,
+            Some(Allow::Everyone) => Acl::All,
         }
     }
 
@@ -667,6 +683,12 @@ impl MountSettings {
     /// can only lower it from the kernel's 128 KiB).
     pub fn readahead_kb(&self) -> u64 {
         self.readahead.unwrap_or(DEFAULT_READAHEAD).div_ceil(1024)
+    }
+
+    /// The FUSE transport asked for: `transport=`, else io_uring (the session falls back to
+    /// /dev/fuse where the kernel does not offer it).
+    pub fn transport(&self) -> Transport {
+        self.transport.unwrap_or(Transport::Uring)
     }
 
     /// How the devices are opened: `devio=`, else [`DEFAULT_DEVICE_IO`].
@@ -928,12 +950,12 @@ mod tests {
         let meta = Path::new("/m");
         assert!(parse(&["noatime"])
             .unwrap()
-            .fuse_mount_options(meta)
-            .contains(&MountOption::NoAtime));
+            .fusermount_options(meta, false)
+            .contains(&"noatime".to_string()));
         assert!(parse(&["strictatime"])
             .unwrap()
-            .fuse_mount_options(meta)
-            .contains(&MountOption::Atime));
+            .fusermount_options(meta, false)
+            .contains(&"atime".to_string()));
         for bad in ["strictatime=1", "lazytime=yes", "nodiratime=0"] {
             assert!(parse(&[bad]).is_err(), "{bad}");
         }
@@ -1000,26 +1022,43 @@ mod tests {
     #[test]
     fn fuse_options_always_include_default_permissions_fsname_and_subtype() {
         let meta = Path::new("/images/meta.img");
-        let options = parse(&[]).unwrap().fuse_mount_options(meta);
-        assert!(options.contains(&MountOption::DefaultPermissions));
-        assert!(options.contains(&MountOption::FSName("/images/meta.img".into())));
-        assert!(options.contains(&MountOption::Subtype("dualfs".into())));
-        assert!(options.contains(&MountOption::RW));
+        let options = parse(&[]).unwrap().fusermount_options(meta, false);
+        assert_eq!(
+            options,
+            [
+                "default_permissions",
+                "fsname=/images/meta.img",
+                "subtype=dualfs",
+                "rw"
+            ]
+        );
 
         let options = parse(&["ro,fsname=pool,subtype=x,nosuid,exec,dirsync"])
             .unwrap()
-            .fuse_mount_options(meta);
+            .fusermount_options(meta, true);
         for expected in [
-            MountOption::RO,
-            MountOption::FSName("pool".into()),
-            MountOption::Subtype("x".into()),
-            MountOption::NoSuid,
-            MountOption::Exec,
-            MountOption::DirSync,
+            "ro",
+            "fsname=pool",
+            "subtype=x",
+            "nosuid",
+            "exec",
+            "dirsync",
+            "allow_other",
         ] {
-            assert!(options.contains(&expected), "{expected:?} in {options:?}");
+            assert!(
+                options.contains(&expected.to_string()),
+                "{expected:?} in {options:?}"
+            );
         }
-        assert!(!options.contains(&MountOption::RW));
+        assert!(!options.contains(&"rw".to_string()));
+        // fusermount3 splits at commas not escaped.
+        let options = parse(&[])
+            .unwrap()
+            .fusermount_options(Path::new("/i/a,b\\c"), false);
+        assert!(
+            options.contains(&"fsname=/i/a\\,b\\\\c".to_string()),
+            "{options:?}"
+        );
     }
 
     #[test]
@@ -1081,18 +1120,18 @@ mod tests {
     #[test]
     fn access_control() {
         // Mounted by root: everyone, as for a kernel file system, unless allow_root.
-        assert_eq!(parse(&[]).unwrap().session_acl(true), SessionACL::All);
-        assert_eq!(parse(&[]).unwrap().session_acl(false), SessionACL::Owner);
+        assert_eq!(parse(&[]).unwrap().session_acl(true), Acl::All);
+        assert_eq!(parse(&[]).unwrap().session_acl(false), Acl::Owner);
         for by_root in [true, false] {
             assert_eq!(
                 parse(&["allow_root"]).unwrap().session_acl(by_root),
-                SessionACL::RootAndOwner
+                Acl::RootAndOwner
             );
             assert_eq!(
                 parse(&["allow_other,allow_other"])
                     .unwrap()
                     .session_acl(by_root),
-                SessionACL::All
+                Acl::All
             );
         }
     }

@@ -40,8 +40,8 @@ const SHOWN_BY_THE_KERNEL: [&str; 8] = [
     "max_read",
     "blksize",
     "default_permissions",
-    // Shown for allow_root too (fuser enforces that itself), and for root's mounts without
-    // either option.
+    // Shown for allow_root too (the session enforces that itself), and for root's mounts
+    // without either option.
     "allow_other",
 ];
 
@@ -259,6 +259,7 @@ fn effect(s: &MountSettings) -> impl PartialEq + std::fmt::Debug {
         s.subtype.clone(),
         s.readahead_kb(),
         s.device_io(),
+        s.transport(),
     )
 }
 

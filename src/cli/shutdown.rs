@@ -6,19 +6,18 @@
 //! checkpoint.
 
 use super::kernel_mount::KernelMount;
-use fuser::SessionUnmounter;
 use log::{error, info, warn};
 use nix::mount::{umount2, MntFlags};
 use nix::sys::signal::{SigSet, Signal};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
-/// How to unmount: our own mount, or fuser's (made through fusermount).
+/// How to unmount: our own mount, or one made through fusermount3.
 pub enum Unmounter {
     Own(Arc<KernelMount>),
-    Fuser(SessionUnmounter),
+    Fusermount,
 }
 
 /// The signals that stop the daemon.
@@ -46,15 +45,15 @@ pub fn spawn_signal_watcher(
         .spawn(move || watch_signals(unmounter, mountpoint))
 }
 
-fn watch_signals(mut unmounter: Unmounter, mountpoint: PathBuf) {
+fn watch_signals(unmounter: Unmounter, mountpoint: PathBuf) {
     let signals = shutdown_signals();
     loop {
         match signals.wait() {
             Ok(signal) => {
                 info!("{signal} received: unmounting {}", mountpoint.display());
-                match &mut unmounter {
+                match &unmounter {
                     Unmounter::Own(mount) => mount.unmount(),
-                    Unmounter::Fuser(fuser) => unmount(fuser, &mountpoint),
+                    Unmounter::Fusermount => unmount(&mountpoint),
                 }
             }
             Err(e) => {
@@ -65,20 +64,31 @@ fn watch_signals(mut unmounter: Unmounter, mountpoint: PathBuf) {
     }
 }
 
-/// Unmount a mount made through fuser; while files are open, detach instead, so that the
-/// daemon exits (with its final checkpoint) as soon as the last one is closed.
-fn unmount(unmounter: &mut SessionUnmounter, mountpoint: &PathBuf) {
-    match unmounter.unmount() {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-            warn!(
-                "{} is busy: detaching it; the file system stays up until its last user leaves",
-                mountpoint.display()
-            );
-            if let Err(e) = umount2(mountpoint, MntFlags::MNT_DETACH) {
-                error!("cannot detach {}: {}", mountpoint.display(), e.desc());
+/// Unmount a mount made through fusermount3; while files are open, detach instead, so that
+/// the daemon exits (with its final checkpoint) as soon as the last one is closed.
+fn unmount(mountpoint: &Path) {
+    let busy = match umount2(mountpoint, MntFlags::empty()) {
+        Ok(()) => return,
+        Err(nix::errno::Errno::EBUSY) => true,
+        // Not root: fusermount3 unmounts a mount its user made.
+        Err(_) => match super::fusermount::unmount(mountpoint, false) {
+            Ok(()) => return,
+            Err(why) if why.contains("busy") => true,
+            Err(why) => {
+                error!("cannot unmount {}: {why}", mountpoint.display());
+                false
+            }
+        },
+    };
+    if busy {
+        warn!(
+            "{} is busy: detaching it; the file system stays up until its last user leaves",
+            mountpoint.display()
+        );
+        if umount2(mountpoint, MntFlags::MNT_DETACH).is_err() {
+            if let Err(why) = super::fusermount::unmount(mountpoint, true) {
+                error!("cannot detach {}: {why}", mountpoint.display());
             }
         }
-        Err(e) => error!("cannot unmount {}: {e}", mountpoint.display()),
     }
 }

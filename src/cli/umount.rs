@@ -198,7 +198,7 @@ fn remount_read_only(mountpoint: &Path) -> std::io::Result<()> {
 }
 
 /// `fusermount3 -u` (or fusermount's, on systems without fuse3).
-fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
+pub(super) fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
     let mut tried = Vec::new();
     for program in ["fusermount3", "fusermount"] {
         let mut command = std::process::Command::new(program);

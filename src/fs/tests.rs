@@ -54,6 +54,7 @@ pub(super) const U: Caller = Caller {
     gid: 1000,
     pid: 0,
     umask: 0,
+    holds_fsetid: None,
 };
 
 #[test]

@@ -78,6 +78,10 @@ pub struct Caller {
     /// The process's umask for the modes of new files: applied unless the directory has a
     /// default ACL (which then limits the mode instead). 0 when the caller applied it.
     pub umask: u32,
+    /// Whether the caller holds CAP_FSETID, when the request says so (FUSE's KILL_SUIDGID
+    /// flags of a truncating SETATTR or OPEN); `None`: asked of /proc when it matters
+    /// (privileges.rs).
+    pub holds_fsetid: Option<bool>,
 }
 
 impl Caller {
@@ -86,7 +90,15 @@ impl Caller {
         gid: 0,
         pid: 0,
         umask: 0,
+        holds_fsetid: None,
     };
+
+    /// Does the caller hold CAP_FSETID? As the request said, else from /proc.
+    pub(crate) fn fsetid(&self) -> bool {
+        self.holds_fsetid.unwrap_or_else(|| {
+            super::attrs::privileges::capable(self, super::attrs::privileges::CAP_FSETID)
+        })
+    }
 }
 
 /// `setxattr` flags (XATTR_CREATE, XATTR_REPLACE).

@@ -4,7 +4,7 @@
 
 use super::abi::{self, InitIn, OutHeader};
 use super::request::{decode_dev, Layout, Operation};
-use super::{serve, Dispatch, Negotiated, Reply, Stats};
+use super::{serve, Dispatch, End, Negotiated, Reply, Stats};
 use log::{debug, warn};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -130,19 +130,23 @@ pub(super) fn spawn_workers<D: Dispatch>(
     negotiated: &Negotiated,
     threads: usize,
     stats: &Arc<Stats>,
+    end: &Arc<End>,
 ) -> io::Result<Vec<JoinHandle<()>>> {
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
         let fd = clone_device(device)?;
         let fs = fs.clone();
         let stats = stats.clone();
+        let end = end.clone();
         // Keeps the session's descriptor open while a worker runs.
         let session = device.clone();
         let negotiated = *negotiated;
         let handle = std::thread::Builder::new()
             .name(format!("fuse-dev-{i}"))
             .spawn(move || {
-                worker(&*fs, &fd, &negotiated, &stats);
+                if let Err(e) = worker(&*fs, &fd, &negotiated, &stats) {
+                    end.failed(e);
+                }
                 drop(session);
             })?;
         handles.push(handle);
@@ -150,7 +154,14 @@ pub(super) fn spawn_workers<D: Dispatch>(
     Ok(handles)
 }
 
-fn worker<D: Dispatch>(fs: &D, fd: &OwnedFd, negotiated: &Negotiated, stats: &Stats) {
+/// Serve until the connection ends: Ok when the kernel ended it with ENODEV (unmounted, or
+/// aborted), the error otherwise (ECONNABORTED among them).
+fn worker<D: Dispatch>(
+    fs: &D,
+    fd: &OwnedFd,
+    negotiated: &Negotiated,
+    stats: &Stats,
+) -> io::Result<()> {
     let layout = negotiated.layout();
     let mut input = vec![0u8; negotiated.dev_buffer_size()];
     // The reply's header goes in front of its body: one write, no copy.
@@ -159,12 +170,14 @@ fn worker<D: Dispatch>(fs: &D, fd: &OwnedFd, negotiated: &Negotiated, stats: &St
         let n = match read(fd, &mut input) {
             Ok(n) => n,
             Err(e) if retry(&e) => continue,
-            // ENODEV: unmounted; ECONNABORTED: aborted.
+            // ENODEV: unmounted or aborted; ECONNABORTED: the same, seen by a reader caught
+            // between taking a request and queueing it for its reply.
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
             Err(e) => {
-                if !matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) {
+                if e.raw_os_error() != Some(libc::ECONNABORTED) {
                     warn!("reading /dev/fuse: {e}");
                 }
-                return;
+                return Err(e);
             }
         };
         let req = match decode_dev(&input[..n], layout) {

@@ -14,9 +14,9 @@ pub struct InitConfig {
 }
 
 impl InitConfig {
-    /// The flags `src/fuse.rs` asks for through fuser today with DualFS's defaults
-    /// (`FuseConfig::default()`: readdirplus auto, cached symlinks, no OPENDIR, OPEN kept
-    /// with atomic O_TRUNC, no writeback cache, no direct I/O).
+    /// The flags `src/fuse.rs` asks for with DualFS's defaults (`FuseConfig::default()`:
+    /// readdirplus auto, cached symlinks, no OPENDIR, OPEN kept with atomic O_TRUNC, no
+    /// writeback cache, no direct I/O; `fuse::tests::init_asks_for_what_the_options_say`).
     pub const DUALFS_DEFAULT_FLAGS: u64 = f::POSIX_ACL
         | f::DONT_MASK
         | f::PARALLEL_DIROPS

@@ -24,7 +24,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use zerocopy::IntoBytes;
 
@@ -34,8 +34,9 @@ pub trait Dispatch: Send + Sync + 'static {
     /// INIT, DESTROY and INTERRUPT never reach it. A request left unanswered gets EIO.
     fn dispatch(&self, req: &Request<'_>, reply: &mut Reply<'_>);
 
-    /// INIT is done: what the kernel granted. Called before any other request is served.
-    fn init(&self, _negotiated: &Negotiated) {}
+    /// INIT is done: what the kernel granted, and the channel for notifications to the
+    /// kernel. Called before any other request is served.
+    fn init(&self, _negotiated: &Negotiated, _notifier: Notifier) {}
 
     /// The kernel ended the session with DESTROY (only sent for `fuseblk` mounts).
     fn destroy(&self) {}
@@ -57,6 +58,19 @@ impl std::fmt::Display for Transport {
             Transport::Uring => "uring",
         })
     }
+}
+
+/// Whose requests the session serves: the kernel knows only `allow_other` (every user, or
+/// the mount's owner alone), so `allow_root` is enforced here, as libfuse and fuser do it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Acl {
+    /// Every user (`allow_other`).
+    #[default]
+    All,
+    /// Root and the session's owner (`allow_root`).
+    RootAndOwner,
+    /// The session's owner alone (neither option).
+    Owner,
 }
 
 /// A failure to inject into the ring's setup, to test that a mount falls back to /dev/fuse
@@ -83,6 +97,8 @@ pub struct SessionConfig {
     pub threads: usize,
     /// Ring entries per io_uring queue (requests in flight per CPU).
     pub queue_depth: usize,
+    /// Whose requests are served; the owner is this process's effective user.
+    pub acl: Acl,
     #[doc(hidden)]
     pub fault: Option<UringFault>,
 }
@@ -94,6 +110,7 @@ impl Default for SessionConfig {
             transport: Transport::Uring,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             queue_depth: 8,
+            acl: Acl::All,
             fault: None,
         }
     }
@@ -158,12 +175,33 @@ pub fn mount(spec: &MountSpec<'_>) -> io::Result<OwnedFd> {
     Ok(OwnedFd::from(device))
 }
 
+/// How a session's threads ended: the first failure that was not the kernel ending the
+/// connection (ENODEV), kept for [`Session::join`].
+#[derive(Default)]
+pub(crate) struct End {
+    error: Mutex<Option<io::Error>>,
+}
+
+impl End {
+    pub(crate) fn failed(&self, e: io::Error) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    fn take(&self) -> Option<io::Error> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
 /// A running session: its threads serve requests until the file system is unmounted.
 pub struct Session {
     device: Arc<OwnedFd>,
     negotiated: Negotiated,
     transport: Transport,
     stats: Arc<Stats>,
+    end: Arc<End>,
     threads: Vec<JoinHandle<()>>,
     mountpoint: Option<PathBuf>,
 }
@@ -196,8 +234,26 @@ impl Session {
         device: OwnedFd,
         config: &SessionConfig,
     ) -> io::Result<Session> {
+        Session::handshake(fs, device, config)?.serve()
+    }
+
+    /// Answer INIT on `device` and stop there: the kernel holds every other request until
+    /// [`Handshake::serve`] starts the transports, so that what has to be in place before
+    /// the first request (the mount's read-ahead window, which INIT can only lower; the
+    /// daemon's pid file and control socket) is done by then. When it fails, or the
+    /// handshake is dropped, `device` is closed and the connection ends.
+    pub fn handshake<D: Dispatch>(
+        fs: Arc<D>,
+        device: OwnedFd,
+        config: &SessionConfig,
+    ) -> io::Result<Handshake<D>> {
+        let fs = Arc::new(Gate {
+            inner: fs,
+            acl: config.acl,
+            // SAFETY: geteuid cannot fail.
+            owner: unsafe { libc::geteuid() },
+        });
         let device = Arc::new(device);
-        let stats = Arc::new(Stats::default());
         let (unique, kernel_init) = dev::read_init(&device, config.init.max_write)?;
         let want_uring = config.transport == Transport::Uring;
         let mut negotiated = match init::negotiate(&kernel_init, &config.init, want_uring) {
@@ -224,36 +280,25 @@ impl Session {
             }
             None
         };
-        fs.init(&negotiated);
+        fs.init(
+            &negotiated,
+            Notifier {
+                device: device.clone(),
+            },
+        );
         let reply = negotiated.reply(&config.init);
         dev::send(&device, unique, 0, reply.as_bytes())?;
         debug!(
             "INIT: kernel 7.{}, flags {:#x}, max_write {}, max_pages {}",
             negotiated.minor, negotiated.flags, negotiated.max_write, negotiated.max_pages
         );
-
-        let mut threads =
-            dev::spawn_workers(&fs, &device, &negotiated, config.threads.max(1), &stats)?;
-        let transport = match rings {
-            Some(rings) => {
-                let (started, ok) = rings.start(&fs, &device, &negotiated, config.fault, &stats);
-                threads.extend(started);
-                if ok {
-                    Transport::Uring
-                } else {
-                    Transport::Dev
-                }
-            }
-            None => Transport::Dev,
-        };
-        info!("FUSE session ready over {transport}");
-        Ok(Session {
+        Ok(Handshake {
+            fs,
             device,
             negotiated,
-            transport,
-            stats,
-            threads,
-            mountpoint: None,
+            rings,
+            threads: config.threads.max(1),
+            fault: config.fault,
         })
     }
 
@@ -282,11 +327,74 @@ impl Session {
     }
 
     /// Wait until every thread ended (the file system was unmounted or the connection
-    /// aborted).
-    pub fn join(self) {
+    /// aborted). An error: the first failure of a thread other than the kernel ending the
+    /// connection with ENODEV (ECONNABORTED among them: a reader caught between taking a
+    /// request and queueing it when the kernel ended the connection, which the caller tells
+    /// from a real failure).
+    pub fn join(self) -> io::Result<()> {
         for t in self.threads {
-            let _ = t.join();
+            if t.join().is_err() {
+                self.end
+                    .failed(io::Error::other("a session thread panicked"));
+            }
         }
+        match self.end.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A connection whose INIT is answered, not served yet (see [`Session::handshake`]).
+pub struct Handshake<D: Dispatch> {
+    fs: Arc<Gate<D>>,
+    device: Arc<OwnedFd>,
+    negotiated: Negotiated,
+    rings: Option<uring::Rings>,
+    threads: usize,
+    fault: Option<UringFault>,
+}
+
+impl<D: Dispatch> Handshake<D> {
+    pub fn negotiated(&self) -> &Negotiated {
+        &self.negotiated
+    }
+
+    /// Start the transports: requests flow from now on.
+    pub fn serve(self) -> io::Result<Session> {
+        let Handshake {
+            fs,
+            device,
+            negotiated,
+            rings,
+            threads,
+            fault,
+        } = self;
+        let stats = Arc::new(Stats::default());
+        let end = Arc::new(End::default());
+        let mut threads = dev::spawn_workers(&fs, &device, &negotiated, threads, &stats, &end)?;
+        let transport = match rings {
+            Some(rings) => {
+                let (started, ok) = rings.start(&fs, &device, &negotiated, fault, &stats, &end);
+                threads.extend(started);
+                if ok {
+                    Transport::Uring
+                } else {
+                    Transport::Dev
+                }
+            }
+            None => Transport::Dev,
+        };
+        info!("FUSE session ready over {transport}");
+        Ok(Session {
+            device,
+            negotiated,
+            transport,
+            stats,
+            end,
+            threads,
+            mountpoint: None,
+        })
     }
 }
 
@@ -318,9 +426,71 @@ impl Notifier {
     }
 }
 
+/// The file system behind the session's access rule (`Acl`).
+struct Gate<D> {
+    inner: Arc<D>,
+    acl: Acl,
+    owner: u32,
+}
+
+impl<D> Gate<D> {
+    /// May the caller of `req` make it? Requests the kernel makes on its own account
+    /// (reads and writes of its caches, releases, forgets, syncs) carry whatever uid started
+    /// them and always pass, as in libfuse and fuser.
+    fn allows(&self, req: &Request<'_>) -> bool {
+        let uid = req.header.uid;
+        let allowed = match self.acl {
+            Acl::All => true,
+            Acl::RootAndOwner => uid == self.owner || uid == 0,
+            Acl::Owner => uid == self.owner,
+        };
+        allowed
+            || matches!(
+                req.op,
+                Operation::Read(_)
+                    | Operation::Readdir(_)
+                    | Operation::Readdirplus(_)
+                    | Operation::Forget(_)
+                    | Operation::BatchForget(_)
+                    | Operation::Write { .. }
+                    | Operation::Fsync(_)
+                    | Operation::Fsyncdir(_)
+                    | Operation::Release(_)
+                    | Operation::Releasedir(_)
+            )
+    }
+}
+
+impl<D: Dispatch> Dispatch for Gate<D> {
+    fn dispatch(&self, req: &Request<'_>, reply: &mut Reply<'_>) {
+        if self.allows(req) {
+            self.inner.dispatch(req, reply);
+        } else {
+            reply.error(libc::EACCES);
+        }
+    }
+
+    fn init(&self, negotiated: &Negotiated, notifier: Notifier) {
+        self.inner.init(negotiated, notifier);
+    }
+
+    fn destroy(&self) {
+        self.inner.destroy();
+    }
+}
+
 /// Serve one decoded request: INIT, DESTROY and INTERRUPT here, the rest by `fs`. Shared by
 /// both transports.
 fn serve<D: Dispatch>(fs: &D, req: &Request<'_>, reply: &mut Reply<'_>) {
+    if log::log_enabled!(target: "dualfs::session::request", log::Level::Debug) {
+        log::debug!(
+            target: "dualfs::session::request",
+            "{} {} node {}",
+            req.unique(),
+            req.op.summary(),
+            req.nodeid()
+        );
+    }
     match req.op {
         // A second INIT is a protocol error.
         Operation::Init(_) => reply.error(libc::EPROTO),

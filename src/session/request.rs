@@ -198,6 +198,54 @@ pub enum Operation<'a> {
 }
 
 impl Operation<'_> {
+    /// The opcode's name (as fuse_kernel.h spells it, without `FUSE_`), with the open flags
+    /// of OPEN and CREATE: for debug logs.
+    pub fn summary(&self) -> String {
+        let name = match self {
+            Operation::Init(_) => "INIT",
+            Operation::Destroy => "DESTROY",
+            Operation::Interrupt(_) => "INTERRUPT",
+            Operation::Lookup { .. } => "LOOKUP",
+            Operation::Forget(_) => "FORGET",
+            Operation::BatchForget(_) => "BATCH_FORGET",
+            Operation::Getattr(_) => "GETATTR",
+            Operation::Setattr(_) => "SETATTR",
+            Operation::Readlink => "READLINK",
+            Operation::Symlink { .. } => "SYMLINK",
+            Operation::Mknod { .. } => "MKNOD",
+            Operation::Mkdir { .. } => "MKDIR",
+            Operation::Unlink { .. } => "UNLINK",
+            Operation::Rmdir { .. } => "RMDIR",
+            Operation::Rename { .. } => "RENAME",
+            Operation::Link { .. } => "LINK",
+            Operation::Open(a) => return format!("OPEN flags {:#o}", a.flags),
+            Operation::Read(_) => "READ",
+            Operation::Write { .. } => "WRITE",
+            Operation::Statfs => "STATFS",
+            Operation::Release(_) => "RELEASE",
+            Operation::Fsync(_) => "FSYNC",
+            Operation::Setxattr { .. } => "SETXATTR",
+            Operation::Getxattr { .. } => "GETXATTR",
+            Operation::Listxattr(_) => "LISTXATTR",
+            Operation::Removexattr { .. } => "REMOVEXATTR",
+            Operation::Flush(_) => "FLUSH",
+            Operation::Opendir(_) => "OPENDIR",
+            Operation::Readdir(_) => "READDIR",
+            Operation::Readdirplus(_) => "READDIRPLUS",
+            Operation::Releasedir(_) => "RELEASEDIR",
+            Operation::Fsyncdir(_) => "FSYNCDIR",
+            Operation::Access(_) => "ACCESS",
+            Operation::Create { arg, .. } => return format!("CREATE flags {:#o}", arg.flags),
+            Operation::Ioctl { .. } => "IOCTL",
+            Operation::Fallocate(_) => "FALLOCATE",
+            Operation::Lseek(_) => "LSEEK",
+            Operation::CopyFileRange(_) => "COPY_FILE_RANGE",
+            Operation::Syncfs => "SYNCFS",
+            Operation::Unknown(op) => return format!("opcode {op}"),
+        };
+        name.to_string()
+    }
+
     /// Does the kernel wait for an answer?
     pub fn wants_reply(&self) -> bool {
         !matches!(

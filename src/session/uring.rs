@@ -13,7 +13,7 @@
 
 use super::abi::{self, UringCmdReq, UringEntInOut, UringReqHeader};
 use super::request::decode_ring;
-use super::{serve, Dispatch, Negotiated, Reply, SessionConfig, Stats, UringFault};
+use super::{serve, Dispatch, End, Negotiated, Reply, SessionConfig, Stats, UringFault};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use log::{debug, warn};
 use std::io;
@@ -164,6 +164,7 @@ impl Rings {
         negotiated: &Negotiated,
         fault: Option<UringFault>,
         stats: &Arc<Stats>,
+        end: &Arc<End>,
     ) -> (Vec<JoinHandle<()>>, bool) {
         let Rings { queues, mut spare } = self;
         let count = queues.len();
@@ -175,6 +176,7 @@ impl Rings {
             let fs = fs.clone();
             let device = device.clone();
             let stats = stats.clone();
+            let end = end.clone();
             let tx = tx.clone();
             let layout = negotiated.layout();
             let spawned = std::thread::Builder::new()
@@ -188,7 +190,7 @@ impl Rings {
                     // Whatever the others did: entries the kernel holds are served (if every
                     // queue holds one, the ring carries requests even after a refusal).
                     if registered.entries > 0 {
-                        serve_queue(
+                        let served = serve_queue(
                             &*fs,
                             &mut queue,
                             device.as_raw_fd(),
@@ -196,6 +198,9 @@ impl Rings {
                             &stats,
                             registered,
                         );
+                        if let Err(e) = served {
+                            end.failed(e);
+                        }
                     }
                 });
             match spawned {
@@ -349,7 +354,7 @@ fn give_up_ring(spare: &mut Ring, fd: RawFd) -> io::Result<()> {
     }
 }
 
-/// Serve a registered queue until the connection ends.
+/// Serve a registered queue until the connection ends (Ok), or the ring fails.
 fn serve_queue<D: Dispatch>(
     fs: &D,
     queue: &mut Queue,
@@ -357,7 +362,7 @@ fn serve_queue<D: Dispatch>(
     layout: super::request::Layout,
     stats: &Stats,
     registered: Registered,
-) {
+) -> io::Result<()> {
     let payload_size = queue.entries.first().map_or(0, |e| e.payload.len());
     // The reply is built here, then copied into the entry's payload: the request's names
     // and data are still borrowed from that payload while the handler runs.
@@ -373,7 +378,7 @@ fn serve_queue<D: Dispatch>(
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => {
                     warn!("ring {}: {e}", queue.qid);
-                    return;
+                    return Err(e);
                 }
             }
             done.extend(queue.ring.completion().map(|c| (c.user_data(), c.result())));
@@ -387,7 +392,9 @@ fn serve_queue<D: Dispatch>(
             if result < 0 {
                 match -result {
                     // The connection ended (unmount or abort): every entry ends so.
-                    libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV | libc::ECANCELED => return,
+                    libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV | libc::ECANCELED => {
+                        return Ok(())
+                    }
                     errno => {
                         warn!(
                             "ring {} entry {i}: {}",
@@ -408,6 +415,7 @@ fn serve_queue<D: Dispatch>(
             }
         }
     }
+    Ok(())
 }
 
 /// Handle the request in entry `i` and build its COMMIT_AND_FETCH.

@@ -23,6 +23,7 @@ pub const U: Caller = Caller {
     gid: 1000,
     pid: 0,
     umask: 0,
+    holds_fsetid: None,
 };
 
 /// Where the directory entries come from.

@@ -15,9 +15,10 @@
 //! every write(2) cost one more request, GETXATTR). File capabilities the kernel still takes
 //! away itself, with a REMOVEXATTR, whenever it finds one; setting a `security.` attribute
 //! makes it look again. The kernel tells DualFS whether a writer lacks CAP_FSETID
-//! (FUSE_WRITE_KILL_SUIDGID, on buffered and direct writes alike); for truncates, O_TRUNC,
-//! fallocate and copy_file_range, whose requests carry no such flag (or whose flags fuser 0.18
-//! does not pass on), the core asks /proc about the caller itself (`capable`, here). Group
+//! (FUSE_WRITE_KILL_SUIDGID, on buffered and direct writes alike; FATTR_KILL_SUIDGID on a
+//! truncating SETATTR, FUSE_OPEN_KILL_SUIDGID on an O_TRUNC open, which the adapter passes
+//! on as `Caller::holds_fsetid`); for fallocate, copy_file_range and chown, whose requests
+//! carry no such flag, the core asks /proc about the caller itself (`capable`, here). Group
 //! membership is asked of /proc only for a set-group-ID file without group execute. Without
 //! the capability negotiated, the kernel sends these mode changes itself, and what is done
 //! here finds nothing left to do.
@@ -102,7 +103,7 @@ pub(crate) fn taken_by_unprivileged_change(caller: &Caller, mode: u32, gid: u32)
 /// take).
 pub(crate) fn taken_by_change(caller: &Caller, mode: u32, gid: u32) -> u32 {
     let taken = taken_by_unprivileged_change(caller, mode, gid);
-    if taken == 0 || capable(caller, CAP_FSETID) {
+    if taken == 0 || caller.fsetid() {
         return 0;
     }
     taken
@@ -112,9 +113,7 @@ pub(crate) fn taken_by_change(caller: &Caller, mode: u32, gid: u32) -> u32 {
 /// makes it: set-group-ID without group execute stays for a member of the group or a caller
 /// with CAP_FSETID.
 pub(crate) fn taken_by_chown(caller: &Caller, mode: u32, gid: u32) -> u32 {
-    set_ids_taken(mode, || {
-        in_group(caller, gid) || capable(caller, CAP_FSETID)
-    })
+    set_ids_taken(mode, || in_group(caller, gid) || caller.fsetid())
 }
 
 impl Fs {
@@ -153,6 +152,7 @@ mod tests {
         gid: 1002,
         pid: 0,
         umask: 0,
+        holds_fsetid: None,
     };
 
     #[test]

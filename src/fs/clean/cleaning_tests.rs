@@ -19,6 +19,7 @@ const U: Caller = Caller {
     gid: 1000,
     pid: 0,
     umask: 0,
+    holds_fsetid: None,
 };
 const BS: u64 = 4096;
 
