@@ -22,6 +22,8 @@ mod fallocate;
 mod file;
 mod flags;
 pub mod inode;
+mod intent;
+pub mod intent_records;
 mod kernel_refs;
 mod log_commit;
 mod mount;
@@ -31,6 +33,7 @@ mod read_only;
 mod records;
 mod rename;
 mod repair_ops;
+mod replay;
 mod seek;
 mod transaction;
 pub mod types;
@@ -39,6 +42,7 @@ mod xattr;
 pub(crate) use acl::valid_acl;
 pub use copy::COPY_MAX;
 pub use mount::{check_pair, read_superblock};
+pub use replay::IntentReplay;
 pub use seek::Whence;
 pub use types::*;
 pub(crate) use xattr::{namespace as xattr_namespace, Namespace as XattrNamespace};
@@ -91,6 +95,11 @@ pub struct MountOptions {
     /// Cached data this old is written back by the next periodic flush (as the kernel's
     /// `dirty_expire_centisecs`, 30 s by default there too): the most a crash loses of it.
     pub data_expire: Duration,
+    /// Where the intent log lives (a directory on tmpfs; the file system's UUID names its
+    /// subdirectory): every acknowledged operation is recorded there until the log holds
+    /// it, so the daemon's death loses nothing (docs/DESIGN.md, "Surviving the daemon").
+    /// `None`: no intent log.
+    pub intent_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for MountOptions {
@@ -108,6 +117,7 @@ impl Default for MountOptions {
             background_cleaning: true,
             data_cache_bytes: 256 << 20,
             data_expire: Duration::from_secs(30),
+            intent_dir: None,
         }
     }
 }
@@ -178,6 +188,10 @@ pub struct Fs {
     cleaner: clean::CleanerState,
     /// File data written and not yet allocated (delayed allocation).
     cache: data_cache::DataCache,
+    /// The intent log: what was acknowledged since the last durable transaction.
+    intent: Option<crate::intent::IntentLog>,
+    /// What mount replayed from it.
+    intent_replay: parking_lot::Mutex<IntentReplay>,
     recovery: Recovery,
     /// Turned read-only while mounted (`set_read_only`, a remount): nothing is written.
     remounted_read_only: std::sync::atomic::AtomicBool,
@@ -218,6 +232,11 @@ impl Fs {
     /// What the mount found and recovered.
     pub fn recovery(&self) -> &Recovery {
         &self.recovery
+    }
+
+    /// What the mount replayed from the intent log.
+    pub fn intent_replay(&self) -> IntentReplay {
+        self.intent_replay.lock().clone()
     }
 
     fn nodes(&self) -> Nodes<'_> {
@@ -349,6 +368,8 @@ mod data_cache_tests;
 mod falloc_tests;
 #[cfg(test)]
 mod flags_tests;
+#[cfg(test)]
+mod intent_tests;
 #[cfg(test)]
 mod lifetime_tests;
 #[cfg(test)]
