@@ -619,8 +619,8 @@ fn count_event(counts: &'static std::thread::LocalKey<Cell<(u64, u64)>>) {
 }
 
 /// One indirect or symlink block given its log address by the calling thread
-/// (`transaction::place_snapshot`): counted, and counted apart when the thread holds the gate
-/// exclusively, which the log writer's snapshot must not spend on placing blocks
+/// (`place_snapshot`, fs/inode/entry.rs): counted, and counted apart when the thread holds the
+/// gate exclusively, which the log writer's snapshot must not spend on placing blocks
 /// (docs/DESIGN.md, "Transactions").
 pub fn count_placement() {
     count_event(&PLACED);

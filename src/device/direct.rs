@@ -26,12 +26,12 @@
 //!   not opened for direct I/O otherwise, [`MAX_ALIGNMENT`]), and DualFS's blocks are at least
 //!   4096 bytes (`format::MIN_BLOCK_SIZE`), powers of two, at multiples of their size.
 //! - On the data device a block belongs to one file at a time: nothing shares blocks
-//!   (copy_file_range copies the bytes, `fs/copy.rs`), and a file's blocks are freed (truncate,
+//!   (copy_file_range copies the bytes, `fs/data/copy.rs`), and a file's blocks are freed (truncate,
 //!   punch, the file's end) under its op lock. Every write into a file's blocks holds that op
 //!   lock too: the write path with its zeroing of the old tail (`write_locked`, `write_blocks`,
-//!   `write_padded` in `fs/file.rs`, also for copy_file_range's destination), the zeroing of a
+//!   `write_padded` in `fs/data/file.rs`, also for copy_file_range's destination), the zeroing of a
 //!   tail when a truncate extends (`truncate_locked`), fallocate's zeroing of partial blocks
-//!   and tails (`fs/fallocate.rs`). So the writes into one block follow each other, each
+//!   and tails (`fs/data/fallocate.rs`). So the writes into one block follow each other, each
 //!   finished (`pwrite` returned) before the next starts. The data superblock is only written
 //!   while unmounted (mkfs, tune, fsck), in whole blocks.
 //! - On the metadata device every write is of whole blocks: log parts (summary and blocks,

@@ -1,52 +1,34 @@
 //! The file system core: POSIX operations over the log, the data device and the directory tree.
 //!
 //! Concurrency: every operation takes `&self`. Operations change cached objects in memory and
-//! mark them dirty; the log writer (`transaction.rs`) turns everything dirty into one transaction.
+//! mark them dirty; the log writer (`commit/transaction.rs`) turns everything dirty into one transaction.
 //! The `gate` makes that atomic: each mutation holds it shared while it changes memory, the
 //! writer holds it exclusively only while it takes its snapshot. Reads and lookups never take
 //! the gate, and no lock they need is held across device I/O.
 
-pub mod acl;
-mod alloc;
-mod attr;
-mod background;
-mod blockcache;
-mod bmap;
-mod checkpoint;
+mod attrs;
 pub mod clean;
-mod copy;
-mod data_cache;
-mod dir;
-mod dirty;
-mod fallocate;
-mod file;
-mod flags;
+mod commit;
+mod data;
 pub mod inode;
 mod intent;
 pub mod intent_records;
-mod kernel_refs;
-mod log_commit;
 mod mount;
 mod namespace;
-mod privileges;
 mod read_only;
-mod records;
-mod rename;
 mod repair_ops;
 mod replay;
-mod seek;
-mod transaction;
 pub mod types;
-mod xattr;
 
-pub(crate) use acl::valid_acl;
-pub use copy::COPY_MAX;
+pub use attrs::acl;
+pub(crate) use attrs::acl::valid_acl;
+pub(crate) use attrs::xattr::{namespace as xattr_namespace, Namespace as XattrNamespace};
+pub use attrs::xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
+pub use data::copy::COPY_MAX;
+pub use data::seek::Whence;
 pub use mount::{check_pair, read_superblock};
 pub use replay::IntentReplay;
-pub use seek::Whence;
 pub use types::*;
-pub(crate) use xattr::{namespace as xattr_namespace, Namespace as XattrNamespace};
-pub use xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
 
 use crate::betree::NodeLoader;
 #[cfg(test)]
@@ -90,7 +72,7 @@ pub struct MountOptions {
     /// clean.
     pub background_cleaning: bool,
     /// Bytes of written file data held in the daemon before it gets data blocks (delayed
-    /// allocation: data_cache.rs); 0 writes every request's data to the device at once.
+    /// allocation: data/data_cache.rs); 0 writes every request's data to the device at once.
     pub data_cache_bytes: u64,
     /// Cached data this old is written back by the next periodic flush (as the kernel's
     /// `dirty_expire_centisecs`, 30 s by default there too): the most a crash loses of it.
@@ -179,15 +161,15 @@ pub struct Fs {
     ppb: u64,
     /// Log commit: the metadata device, the log writer and the gate, what the next
     /// transaction holds, the IFile and the node map, the failure state.
-    log: log_commit::LogCommit,
+    log: commit::log_commit::LogCommit,
     /// Data allocation: the data device, its bitmaps, the files' reservation windows.
-    alloc: alloc::DataAlloc,
+    alloc: data::alloc::DataAlloc,
     /// The namespace: directory tree, inode cache, inode numbers, handles.
     ns: namespace::Namespace,
     /// Space and admission: thresholds, counters, charges of pending work, one pass at a time.
     cleaner: clean::CleanerState,
     /// File data written and not yet allocated (delayed allocation).
-    cache: data_cache::DataCache,
+    cache: data::data_cache::DataCache,
     /// The intent log: what was acknowledged since the last durable transaction.
     intent: Option<crate::intent::IntentLog>,
     /// What mount replayed from it.
@@ -244,7 +226,7 @@ impl Fs {
     }
 
     /// All three tables, locked in rank order.
-    fn lock_tables(&self) -> log_commit::TableGuards<'_> {
+    fn lock_tables(&self) -> commit::log_commit::TableGuards<'_> {
         self.log.lock_tables(&self.alloc)
     }
 
@@ -361,22 +343,10 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
 }
 
 #[cfg(test)]
-mod alloc_tests;
-#[cfg(test)]
-mod data_cache_tests;
-#[cfg(test)]
-mod falloc_tests;
-#[cfg(test)]
-mod flags_tests;
-#[cfg(test)]
 mod intent_tests;
-#[cfg(test)]
-mod lifetime_tests;
 #[cfg(test)]
 mod lock_tests;
 #[cfg(test)]
 mod node_id_tests;
-#[cfg(test)]
-mod snapshot_tests;
 #[cfg(test)]
 mod tests;

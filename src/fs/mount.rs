@@ -141,8 +141,8 @@ impl Fs {
         let ppb = pointers_per_block(sb.block_size) as u64;
         let fs = Fs {
             ppb,
-            log: super::log_commit::LogCommit::new(sb.clone(), meta, ifile, node_map, head),
-            alloc: super::alloc::DataAlloc::new(Arc::new(Fence::new(data)), data_map, ppb),
+            log: super::commit::log_commit::LogCommit::new(sb.clone(), meta, ifile, node_map, head),
+            alloc: super::data::alloc::DataAlloc::new(Arc::new(Fence::new(data)), data_map, ppb),
             ns: super::namespace::Namespace::new(
                 tree,
                 (opts.cache_bytes / 8 / sb.block_size as u64) as usize,
@@ -150,7 +150,7 @@ impl Fs {
                 next_new,
             ),
             cleaner: super::clean::CleanerState::new(),
-            cache: super::data_cache::DataCache::new(if opts.read_only {
+            cache: super::data::data_cache::DataCache::new(if opts.read_only {
                 0
             } else {
                 opts.data_cache_bytes

@@ -8,7 +8,7 @@
 //! (bitmaps, segment usage) from what is reachable afterwards. Only `repair_free_inode` frees
 //! through the core (`destroy`), on an inode whose pointers are all valid by then.
 
-use super::bmap::Need;
+use super::inode::bmap::Need;
 use super::inode::InodeEntry;
 use super::{Fs, MountOptions};
 use crate::betree::{BeTree, DirValue};
@@ -138,7 +138,7 @@ impl Fs {
                     return Ok(());
                 };
                 Arc::make_mut(&mut b.ptrs)[slot] = 0;
-                super::bmap::mark_block_dirty(&mut st.ptrs, level, index, p);
+                super::inode::bmap::mark_block_dirty(&mut st.ptrs, level, index, p);
                 (level > 1).then(|| (level - 1, bmap::child_index(level, index, slot, p)))
             }
         };
@@ -285,7 +285,7 @@ impl Fs {
         ino: u64,
         kind: FileKind,
     ) -> Result<()> {
-        super::dir::check_name(name)?;
+        super::namespace::dir::check_name(name)?;
         let _g = self.log.gate.read();
         self.ns.tree.insert(
             &self.nodes(),
@@ -302,7 +302,7 @@ impl Fs {
     /// admission control; returns its inode number. Link counts of `parent` are left to the
     /// caller (fsck sets every count at the end).
     pub(crate) fn repair_mkdir(&self, parent: u64, name: &[u8]) -> Result<u64> {
-        super::dir::check_name(name)?;
+        super::namespace::dir::check_name(name)?;
         let parent_group = self.inode(parent)?.state.read().d.group;
         let (ino, generation, group) = self.allocate_inode(parent_group, true)?;
         let now = super::inode::to_disk_time(Timespec::now());

@@ -259,7 +259,7 @@ impl Fs {
         }
         match st.ptrs.get(&(level, index)) {
             Some(b) if b.addr == a => {
-                crate::fs::bmap::mark_block_dirty(&mut st.ptrs, level, index, self.ppb);
+                crate::fs::inode::bmap::mark_block_dirty(&mut st.ptrs, level, index, self.ppb);
                 self.mark_dirty(&e, &mut st);
                 Ok(1)
             }

@@ -1,0 +1,16 @@
+//! File data: data allocation (`DataAlloc`: the data device, its bitmaps, the reservation
+//! windows), delayed allocation (`DataCache`) and the operations on file contents: read,
+//! write, truncate, fallocate, seek, copy_file_range.
+
+pub(super) mod alloc;
+#[cfg(test)]
+mod alloc_tests;
+pub(super) mod copy;
+pub(super) mod data_cache;
+#[cfg(test)]
+mod data_cache_tests;
+#[cfg(test)]
+mod falloc_tests;
+pub(super) mod fallocate;
+pub(super) mod file;
+pub(super) mod seek;
