@@ -420,7 +420,7 @@ pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), Cl
         "intent" => {
             let text = needs_value(key, value, "on|off|DIR")?;
             s.intent_dir = Some(match text {
-                "on" => Some(crate::intent::DEFAULT_INTENT_DIR.into()),
+                "on" => Some(dualfs::intent::DEFAULT_INTENT_DIR.into()),
                 "off" => None,
                 dir if dir.starts_with('/') => Some(dir.into()),
                 _ => return Err(bad_value(key, text, "on, off or an absolute directory")),
@@ -680,7 +680,7 @@ impl MountSettings {
             intent_dir: self
                 .intent_dir
                 .clone()
-                .unwrap_or_else(|| Some(crate::intent::DEFAULT_INTENT_DIR.into())),
+                .unwrap_or_else(|| Some(dualfs::intent::DEFAULT_INTENT_DIR.into())),
             ..defaults
         }
     }
@@ -774,7 +774,7 @@ mod tests {
         assert_eq!(core.data_expire, Duration::from_secs(10));
         assert_eq!(
             core.intent_dir.as_deref(),
-            Some(std::path::Path::new(crate::intent::DEFAULT_INTENT_DIR))
+            Some(std::path::Path::new(dualfs::intent::DEFAULT_INTENT_DIR))
         );
         assert_eq!(
             parse(&["intent=off"]).unwrap().core_options().intent_dir,

@@ -241,7 +241,7 @@ fn random_op(fs: &Fs, rng: &mut Rng, dirs: &[u64]) {
     let n = name.as_bytes();
     let lookup = |dir: u64, n: &[u8]| fs.lookup(dir, n).ok();
     match rng.below(14) {
-        0 | 1 | 2 => {
+        0..=2 => {
             let ino = match lookup(dir, n) {
                 Some(a) if a.kind == FileKind::Regular => a.ino,
                 Some(_) => return,

@@ -237,7 +237,7 @@ impl Fs {
         fs.intent = intent;
         let fs = Arc::new(fs);
         if !fs.opts.read_only {
-            if let (Some(found), Some(log)) = (&found, &fs.intent) {
+            if let (Some(found), Some(_)) = (&found, &fs.intent) {
                 let replay = fs.replay_intents(found, recovered_serial);
                 if replay != crate::fs::IntentReplay::default() {
                     log::info!(
@@ -245,13 +245,20 @@ impl Fs {
                         replay.operations, replay.cached_writes, replay.torn, replay.failed
                     );
                 }
-                log.adopt(found);
                 *fs.intent_replay.lock() = replay;
+                // What the replay put back into the data cache goes to the device now, so
+                // the checkpoint below holds everything the old records describe.
+                fs.writeback_all()?;
             }
             for ino in orphans {
                 fs.free_orphan(ino)?;
             }
             fs.checkpoint(false)?;
+            // The log holds it all now: the dead daemon's records go (a death from here on
+            // replays only what this daemon records).
+            if let (Some(found), Some(log)) = (&found, &fs.intent) {
+                log.remove_found(found);
+            }
             let weak = Arc::downgrade(&fs);
             let h = std::thread::Builder::new()
                 .name("dualfs-log".into())

@@ -23,6 +23,8 @@ pub struct IntentReplay {
     pub torn: u64,
     /// Everything stamped below this was in the recovered log already.
     pub cover: u64,
+    /// What the first failures were (at most five).
+    pub failures: Vec<String>,
 }
 
 impl Fs {
@@ -77,11 +79,14 @@ impl Fs {
                 self.replay_operation(*seq, r)
             };
             if let Err(e) = result {
-                log::error!(
-                    "intent log: replaying record {seq} ({:?}) failed: {e}",
-                    r.op.kind()
-                );
+                let mut op = format!("{:?}", r.op);
+                op.truncate(op.char_indices().nth(120).map_or(op.len(), |(i, _)| i));
+                let why = format!("record {seq} ({op}): {e}");
+                log::error!("intent log: replaying {why}");
                 out.failed += 1;
+                if out.failures.len() < 5 {
+                    out.failures.push(why);
+                }
             }
         }
         Timespec::replay_clock(None);

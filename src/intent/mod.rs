@@ -346,17 +346,14 @@ impl IntentLog {
         }
     }
 
-    /// Chunks a replay found, deleted like sealed ones once a durable transaction covers
-    /// them (they hold records up to `max_seq`).
-    pub fn adopt(&self, found: &Found) {
-        let mut sealed = self.sealed.lock();
+    /// Delete the chunks a mount found, once the log holds everything they describe (its
+    /// replay was written back and checkpointed).
+    pub fn remove_found(&self, found: &Found) {
         for c in &found.chunks {
             let path = self.dir.join(chunk::chunk_name(c.number));
-            sealed.push(Sealed {
-                path,
-                max_seq: c.records.iter().map(|r| r.seq).max().unwrap_or(0),
-                _chunk: None,
-            });
+            if let Err(e) = std::fs::remove_file(&path) {
+                log::warn!("intent log: cannot remove {}: {e}", path.display());
+            }
         }
     }
 
