@@ -14,6 +14,7 @@ pub mod error;
 pub mod format;
 pub mod fs;
 pub mod fuse;
+pub mod intent;
 pub mod ioctl;
 pub mod lockcheck;
 pub mod log;

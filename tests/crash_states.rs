@@ -231,7 +231,7 @@ fn crash_states() {
              {} ops refused for space, \
              {} lost nothing issued, \
              {} inside a cleaning pass, {} inside another checkpoint, {} also crashed during \
-             recovery; {} violations",
+             recovery; {} daemon deaths ({} with a torn intent record); {} violations",
             t.workloads,
             t.ops,
             t.candidates,
@@ -244,18 +244,21 @@ fn crash_states() {
             t.in_clean,
             t.in_checkpoint,
             t.recovery_crashes,
+            t.deaths,
+            t.torn_intents,
             t.violations.len()
         );
         total.add(&t);
     }
     eprintln!(
         " total: {} crash states judged ({} of the workloads' {} distinct, {} during a \
-         recovery) in {:.1?}, {} violations (DUALFS_CRASH_SEED={master:#x}, \
+         recovery, {} daemon deaths) in {:.1?}, {} violations (DUALFS_CRASH_SEED={master:#x}, \
          DUALFS_CRASH_STATES={budget})",
-        total.states + total.recovery_crashes,
+        total.states + total.recovery_crashes + total.deaths,
         total.states,
         total.candidates,
         total.recovery_crashes,
+        total.deaths,
         start.elapsed(),
         total.violations.len()
     );
@@ -269,6 +272,12 @@ fn crash_states() {
         total.states >= budget.min(2_000),
         "only {} crash states judged",
         total.states
+    );
+    assert!(
+        total.deaths >= budget.min(2_000) / 10 && total.torn_intents > 0,
+        "only {} daemon deaths ({} torn) judged",
+        total.deaths,
+        total.torn_intents
     );
 }
 

@@ -47,6 +47,8 @@ pub struct MountSettings {
     /// `data_cache=SIZE`: written data held before it gets blocks (0: none).
     pub data_cache_bytes: Option<u64>,
     pub data_expire: Option<Duration>,
+    /// `intent=on|off|DIR`: `None` on, in the default directory; `Some(None)` off.
+    pub intent_dir: Option<Option<std::path::PathBuf>>,
     pub flush_interval: Option<Duration>,
     pub checkpoint_interval: Option<Duration>,
     pub writeback_cache: bool,
@@ -163,6 +165,13 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
         "data_expire=SECONDS",
         "cached data this old is written back at the next flush (default 30, as the kernel's \
          dirty_expire_centisecs): the most of it a crash loses without fsync",
+    ),
+    (
+        "intent=on|off|DIR",
+        "record every acknowledged operation in an intent log on tmpfs until the log holds \
+         it, so that the daemon's death (kill -9, the OOM killer) loses nothing; the next mount \
+         replays it (default on, in /dev/shm/dualfs-intent; DIR: another directory, which \
+         must outlive the daemon)",
     ),
     (
         "flush_interval=SECONDS",
@@ -419,6 +428,15 @@ pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), Cl
             });
         }
         "data_expire" => s.data_expire = Some(positive_seconds(key, value)?),
+        "intent" => {
+            let text = needs_value(key, value, "on|off|DIR")?;
+            s.intent_dir = Some(match text {
+                "on" => Some(dualfs::intent::DEFAULT_INTENT_DIR.into()),
+                "off" => None,
+                dir if dir.starts_with('/') => Some(dir.into()),
+                _ => return Err(bad_value(key, text, "on, off or an absolute directory")),
+            });
+        }
         "flush_interval" => s.flush_interval = Some(positive_seconds(key, value)?),
         "checkpoint_interval" => s.checkpoint_interval = Some(positive_seconds(key, value)?),
         "ttl" => {
@@ -675,6 +693,10 @@ impl MountSettings {
                 _ => self.data_cache_bytes.unwrap_or(defaults.data_cache_bytes),
             },
             data_expire: self.data_expire.unwrap_or(defaults.data_expire),
+            intent_dir: self
+                .intent_dir
+                .clone()
+                .unwrap_or_else(|| Some(dualfs::intent::DEFAULT_INTENT_DIR.into())),
             ..defaults
         }
     }
@@ -772,6 +794,19 @@ mod tests {
         assert_eq!(core.cache_bytes, 2 << 30);
         assert_eq!(core.data_cache_bytes, 16 << 20);
         assert_eq!(core.data_expire, Duration::from_secs(10));
+        assert_eq!(
+            core.intent_dir.as_deref(),
+            Some(std::path::Path::new(dualfs::intent::DEFAULT_INTENT_DIR))
+        );
+        assert_eq!(
+            parse(&["intent=off"]).unwrap().core_options().intent_dir,
+            None
+        );
+        assert_eq!(
+            parse(&["intent=/run/x"]).unwrap().core_options().intent_dir,
+            Some("/run/x".into())
+        );
+        assert!(parse(&["intent=relative"]).is_err());
         let none = parse(&["data_cache=0"]).unwrap().core_options();
         assert_eq!(none.data_cache_bytes, 0);
         let sync = parse(&["sync,data_cache=16M"]).unwrap().core_options();

@@ -11,10 +11,13 @@ pub mod clean;
 mod commit;
 mod data;
 pub mod inode;
+mod intent;
+pub mod intent_records;
 mod mount;
 mod namespace;
 mod read_only;
 mod repair_ops;
+mod replay;
 pub mod types;
 
 pub use attrs::acl;
@@ -24,6 +27,7 @@ pub use attrs::xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
 pub use data::copy::COPY_MAX;
 pub use data::seek::Whence;
 pub use mount::{check_pair, read_superblock};
+pub use replay::IntentReplay;
 pub use types::*;
 
 use crate::betree::NodeLoader;
@@ -73,6 +77,11 @@ pub struct MountOptions {
     /// Cached data this old is written back by the next periodic flush (as the kernel's
     /// `dirty_expire_centisecs`, 30 s by default there too): the most a crash loses of it.
     pub data_expire: Duration,
+    /// Where the intent log lives (a directory on tmpfs; the file system's UUID names its
+    /// subdirectory): every acknowledged operation is recorded there until the log holds
+    /// it, so the daemon's death loses nothing (docs/DESIGN.md, "Surviving the daemon").
+    /// `None`: no intent log.
+    pub intent_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for MountOptions {
@@ -90,6 +99,7 @@ impl Default for MountOptions {
             background_cleaning: true,
             data_cache_bytes: 256 << 20,
             data_expire: Duration::from_secs(30),
+            intent_dir: None,
         }
     }
 }
@@ -160,6 +170,10 @@ pub struct Fs {
     cleaner: clean::CleanerState,
     /// File data written and not yet allocated (delayed allocation).
     cache: data::data_cache::DataCache,
+    /// The intent log: what was acknowledged since the last durable transaction.
+    intent: Option<crate::intent::IntentLog>,
+    /// What mount replayed from it.
+    intent_replay: parking_lot::Mutex<IntentReplay>,
     recovery: Recovery,
     /// Turned read-only while mounted (`set_read_only`, a remount): nothing is written.
     remounted_read_only: std::sync::atomic::AtomicBool,
@@ -200,6 +214,11 @@ impl Fs {
     /// What the mount found and recovered.
     pub fn recovery(&self) -> &Recovery {
         &self.recovery
+    }
+
+    /// What the mount replayed from the intent log.
+    pub fn intent_replay(&self) -> IntentReplay {
+        self.intent_replay.lock().clone()
     }
 
     fn nodes(&self) -> Nodes<'_> {
@@ -323,6 +342,8 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
     v.into_iter().map(|e| e.op.lock_arc()).collect()
 }
 
+#[cfg(test)]
+mod intent_tests;
 #[cfg(test)]
 mod lock_tests;
 #[cfg(test)]

@@ -156,6 +156,8 @@ impl Fs {
                 opts.data_cache_bytes
             }),
             recovery,
+            intent: None,
+            intent_replay: Default::default(),
             sb,
             opts,
             remounted_read_only: std::sync::atomic::AtomicBool::new(false),
@@ -176,6 +178,10 @@ impl Fs {
         let cp = read_newest(&sb, &*meta)?;
         let mut tables = load_tables(&sb, &*meta, &cp)?;
         let (mut head, report) = roll_forward(&sb, &*meta, &mut tables, &cp)?;
+        // The log holds every partial segment below this serial: the intent log's markers
+        // say which operations that includes.
+        let recovered_serial = head.serial;
+        let (intent, found) = open_intent_log(&sb, &opts)?;
         let crashed = !cp.is_clean() || report.transactions > 0 || report.discarded > 0;
         if !crashed {
             log::info!(
@@ -227,14 +233,32 @@ impl Fs {
                 orphans.len() as u64
             },
         };
-        let fs = Arc::new(Fs::assemble(
-            sb, meta, data, opts, tables, tree, head, recovery,
-        ));
+        let mut fs = Fs::assemble(sb, meta, data, opts, tables, tree, head, recovery);
+        fs.intent = intent;
+        let fs = Arc::new(fs);
         if !fs.opts.read_only {
+            if let (Some(found), Some(_)) = (&found, &fs.intent) {
+                let replay = fs.replay_intents(found, recovered_serial);
+                if replay != crate::fs::IntentReplay::default() {
+                    log::info!(
+                        "intent log: {} operations replayed, {} cached writes restored, {} torn records left out, {} failed",
+                        replay.operations, replay.cached_writes, replay.torn, replay.failed
+                    );
+                }
+                *fs.intent_replay.lock() = replay;
+                // What the replay put back into the data cache goes to the device now, so
+                // the checkpoint below holds everything the old records describe.
+                fs.writeback_all()?;
+            }
             for ino in orphans {
                 fs.free_orphan(ino)?;
             }
             fs.checkpoint(false)?;
+            // The log holds it all now: the dead daemon's records go (a death from here on
+            // replays only what this daemon records).
+            if let (Some(found), Some(log)) = (&found, &fs.intent) {
+                log.remove_found(found);
+            }
             let weak = Arc::downgrade(&fs);
             let h = std::thread::Builder::new()
                 .name("dualfs-log".into())
@@ -337,6 +361,7 @@ impl Fs {
         self.log.stop_background();
         // Turned read-only, it wrote its clean checkpoint then.
         if self.is_read_only() {
+            self.discard_intents();
             return Ok(());
         }
         if self.is_shut_down() {
@@ -350,6 +375,7 @@ impl Fs {
         self.checkpoint(true)?;
         self.log.dev().flush()?;
         self.alloc.dev().flush()?;
+        self.discard_intents();
         log::info!("unmounted cleanly");
         Ok(())
     }
@@ -366,4 +392,46 @@ impl Fs {
         self.ns.inodes.insert_new(e.clone());
         e
     }
+}
+
+/// The mount's intent log, when `opts` ask for one, and what an earlier daemon left in it.
+/// A read-only mount replays nothing (it writes nothing): it says what it leaves.
+fn open_intent_log(
+    sb: &Superblock,
+    opts: &MountOptions,
+) -> Result<(
+    Option<crate::intent::IntentLog>,
+    Option<crate::intent::Found>,
+)> {
+    let Some(base) = &opts.intent_dir else {
+        return Ok((None, None));
+    };
+    let dir = crate::intent::dir_for(base, &sb.uuid);
+    let found = crate::intent::find(&dir, &sb.uuid).map_err(|e| {
+        FsError::Io(std::io::Error::other(format!(
+            "intent log {}: {e}",
+            dir.display()
+        )))
+    })?;
+    for (path, why) in &found.refused {
+        log::warn!("intent log: {} left alone: {why}", path.display());
+    }
+    if opts.read_only {
+        if !found.chunks.is_empty() {
+            log::warn!(
+                "intent log {}: a daemon died with operations not yet in the log; mounted \
+                 read-only, they are not replayed (mount read-write to recover them)",
+                dir.display()
+            );
+        }
+        return Ok((None, None));
+    }
+    let log = crate::intent::IntentLog::open(&dir, sb.uuid, &found, crate::intent::CHUNK_SIZE)
+        .map_err(|e| {
+            FsError::Io(std::io::Error::other(format!(
+                "intent log {}: {e}",
+                dir.display()
+            )))
+        })?;
+    Ok((Some(log), Some(found)))
 }

@@ -7,15 +7,41 @@ pub struct Timespec {
     pub nsec: u32,
 }
 
+thread_local! {
+    /// (forced time, latest reading) of this thread's clock.
+    static CLOCK: std::cell::Cell<(Option<Timespec>, Option<Timespec>)> =
+        const { std::cell::Cell::new((None, None)) };
+}
+
 impl Timespec {
+    /// The clock, as operations read it: during an intent log replay, the time the
+    /// replayed operation had (`replay_clock`); the latest reading is kept for its record.
     pub fn now() -> Timespec {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        Timespec {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        }
+        let t = CLOCK.with(|c| {
+            let (forced, _) = c.get();
+            forced.unwrap_or_else(|| {
+                let d = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                Timespec {
+                    sec: d.as_secs() as i64,
+                    nsec: d.subsec_nanos(),
+                }
+            })
+        });
+        CLOCK.with(|c| c.set((c.get().0, Some(t))));
+        t
+    }
+
+    /// The latest `now` this thread read (an operation's time, for its intent record).
+    pub fn last_now() -> Timespec {
+        CLOCK.with(|c| c.get().1).unwrap_or_else(Timespec::now)
+    }
+
+    /// Make `now` return `t` on this thread (a replay of an operation of that time); `None`
+    /// gives the real clock back.
+    pub fn replay_clock(t: Option<Timespec>) {
+        CLOCK.with(|c| c.set((t, c.get().1)));
     }
     pub fn to_system_time(self) -> std::time::SystemTime {
         use std::time::{Duration, UNIX_EPOCH};

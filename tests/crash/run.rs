@@ -159,6 +159,114 @@ pub struct Recording {
     pub errs: Vec<i32>,
     /// Recorded with the data cache (`delayed_allocation`).
     pub delayed: bool,
+    /// The intent log after each recorded op: what a daemon killed then leaves.
+    intents: Vec<IntentSnap>,
+}
+
+/// An intent log directory as a daemon killed at clock moment `t` leaves it: each file's path
+/// (below the directory), its bytes up to the last non-zero one, and its size.
+#[derive(Clone)]
+pub struct IntentSnap {
+    pub t: u64,
+    files: Vec<(std::path::PathBuf, Vec<u8>, u64)>,
+}
+
+impl IntentSnap {
+    fn take(dir: &std::path::Path, t: u64) -> IntentSnap {
+        let mut files = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                    continue;
+                }
+                let mut bytes = std::fs::read(&p).unwrap();
+                let len = bytes.len() as u64;
+                let used = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+                bytes.truncate(used);
+                files.push((p.strip_prefix(dir).unwrap().to_path_buf(), bytes, len));
+            }
+        }
+        files.sort();
+        IntentSnap { t, files }
+    }
+
+    /// Make the directory `dir` hold this log again.
+    fn restore(&self, dir: &std::path::Path) {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap();
+        for (rel, bytes, len) in &self.files {
+            let p = dir.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let f = std::fs::File::create(&p).unwrap();
+            std::io::Write::write_all(&mut &f, bytes).unwrap();
+            f.set_len(*len).unwrap();
+        }
+    }
+
+    /// The offset of the last record of the newest chunk and its kind, if it has one.
+    fn last_record(&self) -> Option<(usize, usize, u8)> {
+        let k = self.files.len().checked_sub(1)?;
+        let bytes = &self.files[k].1;
+        let mut off = 64;
+        let mut last = None;
+        while off + 24 <= bytes.len() {
+            let len = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+            if len == 0 {
+                break;
+            }
+            last = Some((k, off, bytes[off + 16]));
+            off += len;
+        }
+        last
+    }
+
+    /// The same log with its last record torn (its copy never finished), if that record was
+    /// appended after `before` and describes an operation (kind 0 is a transaction's marker,
+    /// always whole before its transaction is written).
+    fn torn_after(&self, before: &IntentSnap) -> Option<IntentSnap> {
+        let (k, off, kind) = self.last_record()?;
+        if kind == 0 {
+            return None;
+        }
+        let newer = match before.last_record() {
+            None => true,
+            Some((bk, boff, _)) => self.files[k].0 != before.files[bk].0 || off > boff,
+        };
+        if !newer {
+            return None;
+        }
+        let mut torn = self.clone();
+        let bytes = &mut torn.files[k].1;
+        let at = (off + 24).min(bytes.len() - 1);
+        bytes[at] ^= 0x5a;
+        Some(torn)
+    }
+}
+
+/// A directory of its own for one intent log, removed when dropped.
+struct IntentDir(std::path::PathBuf);
+
+impl IntentDir {
+    fn new() -> IntentDir {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p =
+            std::env::temp_dir().join(format!("dualfs-crash-intent-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        IntentDir(p)
+    }
+}
+
+impl Drop for IntentDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Recording {
@@ -190,6 +298,8 @@ pub fn record_in(base: &Base, w: &Workload, delayed: bool) -> Recording {
     let (mut starts, mut ends, mut ok) = (Vec::new(), Vec::new(), Vec::new());
     let mut fs: Option<Arc<Fs>> = None;
     let mut held: Held = None;
+    let intent_dir = IntentDir::new();
+    let mut intents = Vec::new();
     let mut enospc = 0;
     let mut errs = Vec::new();
     for (i, op) in ops.iter().enumerate() {
@@ -204,9 +314,11 @@ pub fn record_in(base: &Base, w: &Workload, delayed: bool) -> Recording {
             Op::Mount => {
                 let m: Arc<dyn BlockDevice> = meta.clone();
                 let d: Arc<dyn BlockDevice> = data.clone();
-                fs = Some(
-                    Fs::mount(m, d, recording_mount_options(delayed)).expect("recorded mount"),
-                );
+                let opts = MountOptions {
+                    intent_dir: Some(intent_dir.0.clone()),
+                    ..recording_mount_options(delayed)
+                };
+                fs = Some(Fs::mount(m, d, opts).expect("recorded mount"));
                 Ok(())
             }
             Op::Unmount => {
@@ -218,6 +330,7 @@ pub fn record_in(base: &Base, w: &Workload, delayed: bool) -> Recording {
             _ => exec(fs.as_ref().unwrap(), op, gi, &mut held),
         };
         ends.push(clock.now());
+        intents.push(IntentSnap::take(&intent_dir.0, clock.now()));
         // The model knows no space limits: an operation DualFS refuses for want of space
         // changes nothing (it fails before it changes anything). Where the model fails the
         // operation for another reason, ENOSPC is as right: POSIX leaves the order in which
@@ -263,6 +376,7 @@ pub fn record_in(base: &Base, w: &Workload, delayed: bool) -> Recording {
         enospc,
         errs,
         delayed,
+        intents,
     }
 }
 
@@ -845,6 +959,110 @@ pub fn judge(rec: &Recording, cp: &CrashPoint, recovery_crash: Option<RecoveryCr
     })
 }
 
+/// The daemon killed right after recorded op `i` returned: both devices hold every write
+/// issued so far (the kernel has them), the intent log holds what the daemon appended (with
+/// `tear`, its last record half copied: op `i` was then never acknowledged). Recovery plus
+/// the replay must show the model after op `i` exactly (or, torn, before it); killed again
+/// once it has recovered, the next mount must show the same; then the checker is clean.
+pub fn judge_death(rec: &Recording, i: usize, tear: bool) -> Option<Verdict> {
+    let snap = &rec.intents[i];
+    let snap = if tear {
+        snap.torn_after(i.checked_sub(1).map(|j| &rec.intents[j])?)?
+    } else {
+        snap.clone()
+    };
+    let all = WriteSubset::Prefix(usize::MAX);
+    let m = rec
+        .meta
+        .crash_state_at(&rec.base_meta, snap.t, &all)
+        .unwrap();
+    let d = rec
+        .data
+        .crash_state_at(&rec.base_data, snap.t, &all)
+        .unwrap();
+    let dir = IntentDir::new();
+    snap.restore(&dir.0);
+    let opts = MountOptions {
+        intent_dir: Some(dir.0.clone()),
+        ..mount_options()
+    };
+    let (meta, data): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = (mem(m), mem(d));
+    let what = format!(
+        "killed after op {i}{}",
+        if tear { ", its record torn" } else { "" }
+    );
+    let fs = match Fs::mount(meta.clone(), data.clone(), opts.clone()) {
+        Ok(fs) => fs,
+        Err(e) => return Some(Verdict::Violation(format!("{what}: mount failed: {e}"))),
+    };
+    let replay = fs.intent_replay();
+    if replay.failed > 0 {
+        return Some(Verdict::Violation(format!(
+            "{what}: replay failed: {replay:?}"
+        )));
+    }
+    let first = match observe(&fs) {
+        Ok(o) => o,
+        Err(e) => return Some(Verdict::Violation(format!("{what}: after the replay: {e}"))),
+    };
+    // Killed again, once recovered: the next mount must find the same.
+    fs.shutdown();
+    drop(fs);
+    let fs = match Fs::mount(meta.clone(), data.clone(), opts) {
+        Ok(fs) => fs,
+        Err(e) => {
+            return Some(Verdict::Violation(format!(
+                "{what}, then again: mount failed: {e}"
+            )))
+        }
+    };
+    let second = observe(&fs);
+    if let Err(e) = fs.unmount() {
+        return Some(Verdict::Violation(format!("{what}: unmount failed: {e}")));
+    }
+    drop(fs);
+    let second = match second {
+        Ok(o) => o,
+        Err(e) => return Some(Verdict::Violation(format!("{what}, then again: {e}"))),
+    };
+    if let Some(why) = same(&first, &second) {
+        return Some(Verdict::Violation(format!(
+            "{what}: killed again after its recovery, the next mount shows something else:\n{why}"
+        )));
+    }
+    match dualfs::check::check(&*meta, &*data) {
+        Ok(r) if r.is_clean() => {}
+        Ok(r) => return Some(Verdict::Violation(format!("{what}: checker:\n{r}"))),
+        Err(e) => return Some(Verdict::Violation(format!("{what}: checker failed: {e}"))),
+    }
+    let hi = i + 1;
+    let lo = if tear { i } else { hi };
+    let mut closest: Option<Vec<String>> = None;
+    for p in (lo..=hi).rev() {
+        // A torn record: op `i` was under way, so bytes it wrote in place may show.
+        let problems = if tear {
+            compare(rec, &second, p, lo, hi)
+        } else {
+            compare(rec, &second, p, p, p)
+        };
+        if problems.is_empty() {
+            return Some(Verdict::Matched(Matched {
+                prefix: p,
+                rolled_forward: false,
+                discarded: false,
+                orphans: false,
+                recovery_crash: false,
+            }));
+        }
+        closest.get_or_insert(problems);
+    }
+    Some(Verdict::Violation(format!(
+        "{what}: the tree is not the model after op {i}{}:\n{}",
+        if tear { " or before it" } else { "" },
+        closest.unwrap().join("\n")
+    )))
+}
+
 /// Whether file `id` changed its content in recorded ops [lo, hi) (after the durable point).
 fn changed_since(rec: &Recording, id: Id, lo: usize, hi: usize) -> bool {
     rec.touched
@@ -1036,6 +1254,10 @@ pub struct Tally {
     pub in_clean: u64,
     pub in_checkpoint: u64,
     pub recovery_crashes: u64,
+    /// States of a daemon killed after an operation (devices whole, intent log as left), and
+    /// of those, with the last record torn.
+    pub deaths: u64,
+    pub torn_intents: u64,
     pub violations: Vec<String>,
 }
 
@@ -1053,6 +1275,8 @@ impl Tally {
         self.in_clean += o.in_clean;
         self.in_checkpoint += o.in_checkpoint;
         self.recovery_crashes += o.recovery_crashes;
+        self.deaths += o.deaths;
+        self.torn_intents += o.torn_intents;
         self.violations.extend(o.violations.iter().cloned());
     }
 }
@@ -1141,5 +1365,35 @@ pub fn run_workload(
             }
         }
     }
+    if only.is_none() && t.violations.is_empty() {
+        judge_deaths(&rec, max_states, &mut rng, &mut t);
+    }
     t
+}
+
+/// The daemon killed after some of the recorded ops (a tenth of the workload's budget, at
+/// least one, each also with its last intent record torn where that is a state a death can
+/// leave).
+fn judge_deaths(rec: &Recording, max_states: usize, rng: &mut StdRng, t: &mut Tally) {
+    let n = rec.intents.len();
+    let want = (max_states / 10).clamp(1, n);
+    let mut picks: BTreeSet<usize> = BTreeSet::new();
+    while picks.len() < want {
+        picks.insert(rng.gen_range(0..n));
+    }
+    for i in picks {
+        for tear in [false, true] {
+            let Some(v) = judge_death(rec, i, tear) else {
+                continue;
+            };
+            t.deaths += 1;
+            t.torn_intents += tear as u64;
+            if let Verdict::Violation(why) = v {
+                let r = format!("workload {} (DUALFS_CRASH_CASE={}): {why}", rec.id, rec.id);
+                eprintln!("{r}");
+                t.violations.push(r);
+                return;
+            }
+        }
+    }
 }

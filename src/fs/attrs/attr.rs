@@ -4,6 +4,7 @@ use super::flags::Change;
 use crate::format::NAME_MAX;
 use crate::fs::clean::Admit;
 use crate::fs::inode::to_disk_time;
+use crate::fs::intent_records::IntentOp;
 use crate::fs::types::*;
 use crate::fs::Fs;
 use crate::{FsError, Result};
@@ -57,7 +58,7 @@ impl Fs {
             None => None,
         };
         let _pre = self.preload_chmod_acl(&e, &acl)?;
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         if let Some(value) = acl {
             self.store_chmod_acl(&e, value)?;
         }
@@ -85,7 +86,21 @@ impl Fs {
         }
         st.d.ctime = to_disk_time(set.ctime.unwrap_or(now));
         self.mark_dirty(&e, &mut st);
-        Ok(self.attr_of(&st.d))
+        let attr = self.attr_of(&st.d);
+        let (mode, generation) = (st.d.mode, st.d.generation);
+        drop(st);
+        drop(_g);
+        self.record(IntentOp::SetAttr {
+            ino,
+            generation,
+            set: *set,
+            mode,
+            uid: attr.uid,
+            gid: attr.gid,
+            mtime: attr.mtime,
+            ctime: attr.ctime,
+        });
+        Ok(attr)
     }
 
     /// What a setattr does, as the immutable and append-only flags judge it. Setting times to

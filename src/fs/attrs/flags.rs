@@ -84,11 +84,14 @@ impl Fs {
                 return Err(FsError::Errno(libc::EPERM));
             }
         }
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         let mut st = e.state.write();
         st.d.flags = (st.d.flags & !CHATTR_FLAGS) | flags;
         st.d.ctime = crate::fs::inode::to_disk_time(Timespec::now());
         self.mark_dirty(&e, &mut st);
+        drop(st);
+        drop(_g);
+        self.record(crate::fs::intent_records::IntentOp::SetFlags { ino, flags });
         Ok(())
     }
 }

@@ -125,7 +125,7 @@ impl Fs {
             return;
         }
         debug_assert_eq!(taken & !SET_IDS, 0);
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         let mut st = e.state.write();
         st.d.mode &= !taken;
         st.d.ctime = to_disk_time(Timespec::now());

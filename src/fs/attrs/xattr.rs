@@ -303,7 +303,7 @@ impl Fs {
             }
         }
         let _pre = self.preload_attr_change(&e, name, &change)?;
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         self.apply_attr_change(&e, &list, name, &change)?;
         let mut st = e.state.write();
         if let Some(m) = new_mode {
@@ -311,6 +311,16 @@ impl Fs {
         }
         st.d.ctime = to_disk_time(Timespec::now());
         self.mark_dirty(&e, &mut st);
+        let mode = st.d.mode;
+        drop(st);
+        drop(_g);
+        self.record(crate::fs::intent_records::IntentOp::SetXattr {
+            ino,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+            mode,
+        });
         Ok(())
     }
 
@@ -340,11 +350,19 @@ impl Fs {
             return Err(FsError::Errno(libc::ENODATA));
         }
         let _pre = self.preload_attr_change(&e, name, &Change::Remove)?;
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         self.apply_attr_change(&e, &list, name, &Change::Remove)?;
         let mut st = e.state.write();
         st.d.ctime = to_disk_time(Timespec::now());
         self.mark_dirty(&e, &mut st);
+        let mode = st.d.mode;
+        drop(st);
+        drop(_g);
+        self.record(crate::fs::intent_records::IntentOp::RemoveXattr {
+            ino,
+            name: name.to_vec(),
+            mode,
+        });
         Ok(())
     }
 

@@ -153,14 +153,19 @@ impl Fs {
 
     /// Is there room for `op` now?
     pub(super) fn fits(&self, sp: &Space, op: Admit) -> bool {
-        let floor = match op {
-            Admit::Delete => sp.cleaner_reserve,
-            _ => sp.reserve,
+        // A replayed operation was admitted once already, with room the recovery may since
+        // have spent (a fresh log segment): it may use the reserve, as deletes do, rather than
+        // lose what was acknowledged.
+        let reserved = op == Admit::Delete || crate::intent::replaying();
+        let floor = if reserved {
+            sp.cleaner_reserve
+        } else {
+            sp.reserve
         };
         if sp.clean * sp.seg_eff < sp.pending + floor * sp.seg_eff {
             return false;
         }
-        if op == Admit::Delete {
+        if reserved {
             return true;
         }
         // Live bytes are all in dirty segments: no need to add them up while those could not

@@ -148,6 +148,8 @@ enum Taken {
 /// What the exclusive phase hands to the rest of the transaction.
 struct Snapshot {
     seq: u64,
+    /// Every mutation stamped below this is in the snapshot (the intent log's cover).
+    intent_seq: u64,
     set: TakenSet,
     /// The inode-owned blocks the plan reserves first: dirty indirect blocks and the blocks of
     /// long symlink targets (`n_ptr + n_sym`).
@@ -175,6 +177,7 @@ struct InodeParts {
 /// A transaction after the gate: where it goes, its records, and what applying it finishes.
 struct Transaction {
     seq: u64,
+    intent_seq: u64,
     plan: Plan,
     records: Vec<Record>,
     /// The tree nodes it writes.
@@ -287,8 +290,14 @@ impl Fs {
         }
         let (txn, pending, nodes) = self.collect_snapshot(snapshot);
         let (blocks, placed) = encode_blocks(pending, nodes, &txn.plan.addrs, self.sb.block_size);
+        // The intent log's marker goes first: a transaction on the device always has one.
+        let serial = txn.plan.end.serial;
+        let intent_seq = self.intent.as_ref().map_or(0, |i| i.clamp(txn.intent_seq));
+        self.intent_cover(serial, intent_seq);
         self.write_log(fl, &txn, &blocks)?;
-        self.apply_durable(fl, txn, &placed)
+        self.apply_durable(fl, txn, &placed)?;
+        self.intent_durable(serial, intent_seq);
+        Ok(())
     }
 
     /// The snapshot, in memory, under the gate. Nothing here is in proportion to the number of
@@ -299,6 +308,7 @@ impl Fs {
         let bs = self.sb.block_size;
         let gate = self.log.gate.write();
         let seq = self.log.next_snapshot();
+        let intent_seq = self.intent_position();
         // 1. The dirty inode set, whole; 2. the totals of its dirty blocks.
         let set = self.log.dirty.take(&self.cleaner.counts);
         let (n_ptr, n_sym) = self.log.placing.take_counts();
@@ -344,6 +354,7 @@ impl Fs {
         drop(gate);
         Ok(Taken::Snapshot(Snapshot {
             seq,
+            intent_seq,
             set,
             n_owned: n_ptr + n_sym,
             nblocks,
@@ -394,6 +405,7 @@ impl Fs {
     fn collect_snapshot(&self, snapshot: Snapshot) -> (Transaction, Vec<Pending>, DirtySnapshots) {
         let Snapshot {
             seq,
+            intent_seq,
             set,
             n_owned,
             nblocks,
@@ -434,6 +446,7 @@ impl Fs {
         assert!(records.len() <= max_records, "more records than planned");
         let txn = Transaction {
             seq,
+            intent_seq,
             plan,
             records,
             node_ids,

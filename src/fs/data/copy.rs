@@ -178,7 +178,14 @@ impl Fs {
         self.check_entry(dst, Change::Modify)?;
         regular_size(dst)?;
         self.preload_range(dst, offset / bs, (offset + len).div_ceil(bs))?;
-        self.punch_locked(dst, offset, offset + len)
+        self.punch_locked(dst, offset, offset + len)?;
+        self.record_fallocate(
+            dst,
+            offset,
+            len,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        );
+        Ok(())
     }
 
     /// Make the destination at least `size` bytes long (a copy that ended in a hole).
@@ -187,6 +194,7 @@ impl Fs {
         let _op = dst.op.lock_arc();
         if regular_size(dst)? < size {
             self.truncate_locked(dst, size)?;
+            self.record_truncate(dst, size);
         }
         Ok(())
     }

@@ -68,6 +68,8 @@ pub(crate) struct DataCache {
     files: NoIoMutex<BTreeMap<u64, Arc<InodeEntry>>>,
     /// The partial last blocks of files written back: at most half the budget more.
     tails: NoIoMutex<Tails>,
+    /// The intent records cached data still needs.
+    pub(crate) pins: NoIoMutex<crate::fs::intent::Pins>,
 }
 
 /// A written-back file's last block as it went to the device, up to the file's end: an
@@ -122,6 +124,7 @@ impl DataCache {
                     bytes: 0,
                 },
             ),
+            pins: NoIoMutex::new("intent pins", crate::fs::intent::Pins::default()),
         }
     }
 
@@ -314,14 +317,22 @@ impl Fs {
             0
         };
         let added = new_blocks.len() as u64 * bs;
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         let mut st = e.state.write();
         let logged_size = st.d.size;
         let newly = st.cache.is_none();
+        let intent_from = if newly && self.intent.is_some() {
+            let s = crate::intent::peek_stamp().unwrap_or(self.intent_position());
+            self.cache.pins.lock().pin(s);
+            s
+        } else {
+            0
+        };
         let c = st.cache.get_or_insert_with(|| {
             Box::new(FileCache {
                 logged_size,
                 since: Some(std::time::Instant::now()),
+                intent_from,
                 ..FileCache::default()
             })
         });
@@ -396,9 +407,19 @@ impl Fs {
             .fetch_sub(gone.len() as u64 * bs, Ordering::AcqRel);
         if c.blocks.is_empty() {
             let charge = c.charge;
+            self.unpin(c);
             st.cache = None;
             self.cache.charge.fetch_sub(charge, Ordering::AcqRel);
             self.forget_cached(e);
+        }
+    }
+
+    /// `c`, a file's cache, is gone from here on (under the gate): the records its writes
+    /// pinned may go once a transaction after this is durable.
+    fn unpin(&self, c: &FileCache) {
+        if c.intent_from != 0 {
+            let at = self.intent_position();
+            self.cache.pins.lock().release_at(at, c.intent_from);
         }
     }
 
@@ -620,7 +641,10 @@ impl Fs {
             ..
         } = plan;
         let bs = self.sb.block_size as u64;
-        let _g = self.log.gate.read();
+        // The write-back is stamped for its own record, which leaves the stamp of an
+        // operation it runs inside (a truncate, a rename) for that operation's record.
+        let outer = crate::intent::take_stamp();
+        let _g = self.gate_shared();
         let mut st = e.state.write();
         let mut span: Option<(u64, u64)> = None;
         for (k, b) in blocks.iter().enumerate() {
@@ -648,7 +672,17 @@ impl Fs {
         );
         self.mark_dirty(&e, &mut st);
         let size = st.d.size;
+        let generation = st.d.generation;
         drop(st);
+        self.unpin(&c);
+        drop(_g);
+        self.record(crate::fs::intent_records::IntentOp::WrittenBack {
+            ino: e.ino,
+            generation,
+        });
+        if let Some(o) = outer {
+            crate::intent::set_stamp(o);
+        }
         self.cache
             .bytes
             .fetch_sub(blocks.len() as u64 * bs, Ordering::AcqRel);

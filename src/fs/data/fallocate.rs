@@ -86,6 +86,7 @@ impl Fs {
         len: u64,
         mode: i32,
     ) -> Result<()> {
+        let raw_mode = mode;
         let mode = Mode::parse(mode)?;
         if len == 0 {
             return Err(FsError::Errno(libc::EINVAL));
@@ -140,7 +141,9 @@ impl Fs {
                 self.allocate_locked(&e, size, (offset, end), keep_size, true)
             }
             Mode::Punch => self.punch_locked(&e, offset, end),
-        }
+        }?;
+        self.record_fallocate(&e, offset, end - offset, raw_mode);
+        Ok(())
     }
 
     /// Cache every indirect block that maps some of file blocks [from, end).
@@ -246,7 +249,7 @@ impl Fs {
             self.alloc.unreserve_runs(&runs);
             return Err(err);
         }
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         let mut st = e.state.write();
         self.map_unwritten(&mut st, &m, &runs);
         for &(n, a) in &m.written {
@@ -282,7 +285,7 @@ impl Fs {
         self.range_map(e, (offset / bs, end.div_ceil(bs)), (0, 0))?;
         self.zero_partial_blocks(e, offset, end)?;
         let (lo, hi) = (offset.div_ceil(bs), end / bs);
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         let mut st = e.state.write();
         if lo < hi {
             // Only the indirect blocks at the range's two ends may stay, changed.

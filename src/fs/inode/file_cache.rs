@@ -20,6 +20,9 @@ pub struct FileCache {
     pub(in crate::fs) charge: u64,
     /// When the oldest of `blocks` was cached.
     pub(in crate::fs) since: Option<std::time::Instant>,
+    /// The stamp of the first write cached (0: no intent log): the intent log keeps the
+    /// records from there on until the cache is written back or dropped (`Pins`).
+    pub(in crate::fs) intent_from: u64,
 }
 
 pub(in crate::fs) struct CachedBlock {

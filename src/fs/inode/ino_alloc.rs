@@ -42,6 +42,20 @@ impl InoAllocator {
         Some(self.next_new - 1)
     }
 
+    /// Take `ino` if it is free (a replayed create makes the number it made): false if it
+    /// is in use or not yet reusable.
+    pub fn claim_exact(&mut self, ino: u64) -> bool {
+        if self.free.remove(&ino) {
+            return true;
+        }
+        if ino >= self.next_new && ino < u32::MAX as u64 {
+            self.free.extend(self.next_new..ino);
+            self.next_new = ino + 1;
+            return true;
+        }
+        false
+    }
+
     /// Take a specific number (mkfs: the root).
     pub fn claim(&mut self, ino: u64) {
         self.free.remove(&ino);

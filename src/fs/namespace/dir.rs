@@ -13,6 +13,7 @@ use crate::format::{INLINE_SYMLINK_MAX, NAME_MAX, SYMLINK_MAX};
 use crate::fs::attrs::flags::Change;
 use crate::fs::clean::Admit;
 use crate::fs::inode::{from_disk_time, to_disk_time, InodeEntry};
+use crate::fs::intent_records::IntentOp;
 use crate::fs::types::*;
 use crate::fs::{lock_ops, Fs};
 use crate::{FsError, Result};
@@ -176,7 +177,18 @@ impl Fs {
     /// directory's is picked near `parent_group` (ext2's spreading), anything else's is its
     /// parent's.
     pub(crate) fn allocate_inode(&self, parent_group: u32, dir: bool) -> Result<(u64, u32, u32)> {
-        let ino = self.ns.alloc_ino().ok_or(FsError::Errno(libc::ENOSPC))?;
+        let forced = crate::fs::intent::take_forced_inode();
+        let ino = match forced {
+            // A replayed create makes the number the operation made.
+            Some((ino, _)) if self.ns.claim_exact_ino(ino) => ino,
+            Some((ino, _)) => {
+                return Err(FsError::corrupt(
+                    "intent log",
+                    format!("a replayed create made inode {ino}, which is in use"),
+                ))
+            }
+            None => self.ns.alloc_ino().ok_or(FsError::Errno(libc::ENOSPC))?,
+        };
         let generation = self
             .log
             .lock_ifile()
@@ -186,6 +198,7 @@ impl Fs {
             .unwrap_or(0)
             .wrapping_add(1)
             .max(1);
+        let generation = forced.map_or(generation, |(_, g)| g);
         let group = if dir {
             self.alloc.pick_dir_group(parent_group as u64) as u32
         } else {
@@ -288,7 +301,7 @@ impl Fs {
                 return Err(err);
             }
         };
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         let e = self.new_inode_entry(d);
         if let Err(err) = self.ns.tree.insert(&self.nodes(), parent, name, entry) {
             let _ = self.ns.tree.remove(&self.nodes(), parent, name);
@@ -339,6 +352,22 @@ impl Fs {
                 delta: 1,
             });
         }
+        drop(_g);
+        let (mode, uid, gid) = {
+            let st = e.state.read();
+            (st.d.mode, st.d.uid, st.d.gid)
+        };
+        self.record(IntentOp::Make {
+            parent,
+            name: name.to_vec(),
+            ino,
+            generation,
+            mode,
+            uid,
+            gid,
+            rdev,
+            target: target.map(<[u8]>::to_vec),
+        });
         Ok((e, attr))
     }
 
@@ -517,7 +546,7 @@ impl Fs {
         };
         let message = self.ns.tree.insert_message(new_parent, new_name, entry)?;
         let _pre = self.ns.tree.preload(&self.nodes(), &[message])?;
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         self.ns
             .tree
             .insert(&self.nodes(), new_parent, new_name, entry)?;
@@ -535,6 +564,13 @@ impl Fs {
         pst.d.mtime = now;
         pst.d.ctime = now;
         self.mark_dirty(&pe, &mut pst);
+        drop(pst);
+        drop(_g);
+        self.record(IntentOp::Link {
+            ino,
+            parent: new_parent,
+            name: new_name.to_vec(),
+        });
         Ok(attr)
     }
 
@@ -584,11 +620,17 @@ impl Fs {
             messages.extend(self.attrs_drop_message(&ce));
         }
         let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         self.ns.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
         self.entry_removed(&pe, false, now);
-        self.drop_link(&ce, now)
+        let dropped = self.drop_link(&ce, now);
+        drop(_g);
+        self.record(IntentOp::Unlink {
+            parent,
+            name: name.to_vec(),
+        });
+        dropped
     }
 
     /// May `ce`'s name in `pe` go (unlink, rmdir, a rename away or over it)? Not if either is
@@ -666,11 +708,17 @@ impl Fs {
             messages.extend(self.attrs_drop_message(&ce));
         }
         let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         self.ns.tree.remove(&self.nodes(), parent, name)?;
         let now = to_disk_time(Timespec::now());
         self.entry_removed(&pe, true, now);
-        self.drop_link(&ce, now)
+        let dropped = self.drop_link(&ce, now);
+        drop(_g);
+        self.record(IntentOp::Rmdir {
+            parent,
+            name: name.to_vec(),
+        });
+        dropped
     }
 
     /// Open a directory. Like an open file, an open directory outlives its last name (rmdir,

@@ -69,6 +69,11 @@ impl Namespace {
         self.ino_alloc.lock().alloc()
     }
 
+    /// Take `ino` if it is free (a replayed create).
+    pub(crate) fn claim_exact_ino(&self, ino: u64) -> bool {
+        self.ino_alloc.lock().claim_exact(ino)
+    }
+
     /// `ino` is in use (mkfs, repair).
     pub(crate) fn claim_ino(&self, ino: u64) {
         self.ino_alloc.lock().claim(ino);

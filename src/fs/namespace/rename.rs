@@ -12,6 +12,7 @@ use crate::betree::DirValue;
 use crate::format::ROOT_INO;
 use crate::fs::clean::Admit;
 use crate::fs::inode::to_disk_time;
+use crate::fs::intent_records::IntentOp;
 use crate::fs::types::*;
 use crate::fs::{lock_ops, Fs};
 use crate::{FsError, Result};
@@ -47,6 +48,13 @@ impl Fs {
     ) -> Result<()> {
         self.write_back_replacement(parent, name, new_parent, new_name, flags)?;
         self.rename_in_memory(caller, parent, name, new_parent, new_name, flags)?;
+        self.record(IntentOp::Rename {
+            parent,
+            name: name.to_vec(),
+            new_parent,
+            new_name: new_name.to_vec(),
+            flags,
+        });
         self.commit_dir_change()
     }
 
@@ -206,7 +214,7 @@ impl Fs {
         };
         messages.extend(dropped_attrs);
         let _pre = self.ns.tree.preload(&self.nodes(), &messages)?;
-        let _g = self.log.gate.read();
+        let _g = self.gate_shared();
         let ld = self.nodes();
         let now = to_disk_time(Timespec::now());
         if flags.exchange {
