@@ -40,7 +40,7 @@
 
 BENCH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_ALL_FS="dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
-BENCH_EXTRA_FS="dualfs-slow dualfs-nointent ext4-slow"
+BENCH_EXTRA_FS="dualfs-slow dualfs-nointent dualfs-nosup ext4-slow"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$BENCH_REPO/target}"
 DUALFS_BIN="$CARGO_TARGET_DIR/release/dualfs"
 MKFS_DUALFS_BIN="$CARGO_TARGET_DIR/release/mkfs-dualfs"
@@ -160,7 +160,7 @@ bench_print_skipped() {
 # bench_fs_base FS: the file system without that suffix; bench_fs_threads FS: N (or nothing).
 bench_fs_base() {
     case "$1" in
-        dualfs-t[0-9]* | dualfs-wb-t[0-9]* | dualfs-slow-t[0-9]* | dualfs-nointent-t[0-9]*)
+        dualfs-t[0-9]* | dualfs-wb-t[0-9]* | dualfs-slow-t[0-9]* | dualfs-nointent-t[0-9]* | dualfs-nosup-t[0-9]*)
             [[ "${1##*-t}" =~ ^[1-9][0-9]*$ ]] && { echo "${1%-t*}"; return; } ;;
     esac
     echo "$1"
@@ -195,6 +195,7 @@ bench_fs_label() {
         dualfs-wb) echo "DualFS wbcache" ;;
         dualfs-slow) echo "DualFS slow-meta" ;;
         dualfs-nointent) echo "DualFS intent=off" ;;
+        dualfs-nosup) echo "DualFS supervise=off" ;;
         dualfs-small) echo "DualFS small-meta" ;;
         dualfs-ro) echo "DualFS -o ro" ;;
         dualfs-ro-open) echo "DualFS -o ro+open" ;;
@@ -206,8 +207,8 @@ bench_fs_label() {
     esac
 }
 
-bench_is_fuse() { case "$(bench_fs_base "$1")" in dualfs | dualfs-wb | dualfs-slow | dualfs-nointent | fuse2fs | memfs) return 0 ;; *) return 1 ;; esac; }
-bench_is_dualfs() { case "$(bench_fs_base "$1")" in dualfs | dualfs-wb | dualfs-slow | dualfs-nointent) return 0 ;; *) return 1 ;; esac; }
+bench_is_fuse() { case "$(bench_fs_base "$1")" in dualfs | dualfs-wb | dualfs-slow | dualfs-nointent | dualfs-nosup | fuse2fs | memfs) return 0 ;; *) return 1 ;; esac; }
+bench_is_dualfs() { case "$(bench_fs_base "$1")" in dualfs | dualfs-wb | dualfs-slow | dualfs-nointent | dualfs-nosup) return 0 ;; *) return 1 ;; esac; }
 
 bench_check_fs_list() {
     local f
@@ -267,7 +268,7 @@ fs_mount() {
     base=$(bench_fs_base "$fs") threads=$(bench_fs_threads "$fs")
     mkdir -p "$dir" "$mnt"
     case "$base" in
-        dualfs | dualfs-wb | dualfs-slow | dualfs-nointent)
+        dualfs | dualfs-wb | dualfs-slow | dualfs-nointent | dualfs-nosup)
             local bytes meta meta_dev data_dev
             bytes=$(numfmt --from=iec "$size")
             meta=$((bytes / 4)); [ $meta -lt $((1 << 30)) ] && meta=$((1 << 30))
@@ -299,6 +300,9 @@ fs_mount() {
             [ "$base" = dualfs-wb ] && opts="${opts:+$opts,}writeback_cache"
             # Without the intent log: what it costs (docs/DESIGN.md, "Surviving the daemon").
             [ "$base" = dualfs-nointent ] && opts="${opts:+$opts,}intent=off"
+            # Without the supervisor: what surviving the daemon's death costs (the worker's
+            # threads then share one /dev/fuse descriptor instead of a clone each).
+            [ "$base" = dualfs-nosup ] && opts="${opts:+$opts,}supervise=off"
             local args=("$meta_dev" "$data_dev" "$mnt")
             [ -n "$opts" ] && args+=(-o "$opts")
             threads=${threads:-${DUALFS_THREADS:-}}

@@ -76,6 +76,14 @@ pub enum Request {
     },
 }
 
+/// Who serves a mount (`Client::daemon`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DaemonInfo {
+    pub pid: u32,
+    pub transport: Option<String>,
+    pub restarts: Option<u32>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Response {
@@ -87,6 +95,10 @@ pub enum Response {
         /// daemons, and while the session is not serving yet.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         transport: Option<String>,
+        /// How many times a supervisor restarted the mount's daemon (`pid` is the one serving
+        /// now); absent from older daemons.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        restarts: Option<u32>,
     },
     Status(Status),
     Usage(UsageTable),
@@ -243,13 +255,23 @@ impl Client {
         }
     }
 
-    /// The FUSE transport the mount serves over (`None` from a daemon that does not say).
-    pub fn transport(&mut self, client: &str) -> io::Result<Option<String>> {
+    /// Who serves the mount: the daemon's pid, its FUSE transport and restarts (`None` from
+    /// a daemon that does not say).
+    pub fn daemon(&mut self, client: &str) -> io::Result<DaemonInfo> {
         match self.call_ok(&Request::Hello {
             client: client.into(),
             takeover: false,
         })? {
-            Response::Hello { transport, .. } => Ok(transport),
+            Response::Hello {
+                pid,
+                transport,
+                restarts,
+                ..
+            } => Ok(DaemonInfo {
+                pid,
+                transport,
+                restarts,
+            }),
             other => Err(unexpected(&other)),
         }
     }

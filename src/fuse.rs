@@ -540,6 +540,131 @@ impl Dispatch for DualFuse {
     }
 
     fn dispatch(&self, req: &Request<'_>, reply: &mut Reply<'_>) {
+        // The request's records in the intent log carry its id, without the resend bit.
+        let id = req.unique() & !abi::UNIQUE_RESEND;
+        let _request = RequestScope::enter(id);
+        if req.unique() & abi::UNIQUE_RESEND != 0 {
+            debug!("request {id} ({}) resent", req.op.summary());
+            if self.answer_resent(req, id, reply) {
+                return;
+            }
+        }
+        self.serve(req, reply);
+        die_if_asked(req);
+    }
+}
+
+/// The test of resent requests (tests/worker_death.rs): with `DUALFS_TEST_DIE_AFTER=NAME`,
+/// the daemon kills itself after doing an operation on an entry named NAME and before its
+/// reply, as a kill -9 at the worst moment would (NAME: an entry's, or an attribute's).
+fn die_if_asked(req: &Request<'_>) {
+    static NAME: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    let Some(wanted) = NAME
+        .get_or_init(|| std::env::var_os("DUALFS_TEST_DIE_AFTER").map(|v| v.into_encoded_bytes()))
+    else {
+        return;
+    };
+    let name = match req.op {
+        Operation::Mknod { name, .. }
+        | Operation::Mkdir { name, .. }
+        | Operation::Symlink { name, .. }
+        | Operation::Create { name, .. }
+        | Operation::Unlink { name }
+        | Operation::Rmdir { name }
+        | Operation::Rename { name, .. }
+        | Operation::Setxattr { name, .. }
+        | Operation::Removexattr { name } => name,
+        Operation::Link { newname, .. } => newname,
+        _ => return,
+    };
+    if name == &wanted[..] {
+        warn!("DUALFS_TEST_DIE_AFTER: dying after an operation on {wanted:?}, before its reply");
+        // SAFETY: kill of this process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+}
+
+/// The FUSE request a thread serves, for the records of its operations (reset on drop).
+struct RequestScope;
+
+impl RequestScope {
+    fn enter(id: u64) -> RequestScope {
+        crate::intent::set_request(id);
+        RequestScope
+    }
+}
+
+impl Drop for RequestScope {
+    fn drop(&mut self) {
+        crate::intent::set_request(0);
+    }
+}
+
+impl DualFuse {
+    /// A request the kernel resent after the daemon before this one died (it may have been
+    /// carried out with its reply lost): if the intent log shows it done, answer from what it
+    /// did instead of doing it twice, and say so. Operations whose repetition changes nothing
+    /// (writes, setattr, opens, copies) are simply done again.
+    fn answer_resent(&self, req: &Request<'_>, id: u64, reply: &mut Reply<'_>) -> bool {
+        if !self.fs.answered_before(id) {
+            return false;
+        }
+        let ino = req.nodeid();
+        info!(
+            "request {id} ({}) resent: the dead worker did it, answered from the intent log",
+            req.op.summary()
+        );
+        match req.op {
+            Operation::Mknod { name, .. }
+            | Operation::Mkdir { name, .. }
+            | Operation::Symlink { name, .. } => {
+                self.entry(reply, self.fs.lookup(ino, name), "resent make", ino)
+            }
+            Operation::Link { newname, .. } => {
+                self.entry(reply, self.fs.lookup(ino, newname), "resent link", ino)
+            }
+            Operation::Create { arg, name } => {
+                let attr = match self.fs.lookup(ino, name) {
+                    Ok(attr) => attr,
+                    Err(e) => {
+                        reply.error(errno("resent create", ino, &e));
+                        return true;
+                    }
+                };
+                let fh = if self.no_open() {
+                    NO_HANDLE
+                } else {
+                    let who = opener(req, self.killpriv(), arg.flags, arg.open_flags, arg.umask);
+                    // Made and truncated already: open it as it is.
+                    let flags = self.open_flags(arg.flags)
+                        & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+                    match self.fs.open(&who, attr.ino, flags) {
+                        Ok(fh) => fh,
+                        Err(e) => {
+                            reply.error(errno("resent create", ino, &e));
+                            return true;
+                        }
+                    }
+                };
+                let open = OpenOut {
+                    fh,
+                    open_flags: self.fopen_flags(),
+                    backing_id: 0,
+                };
+                reply.create(&self.entry_out(&attr), &open);
+            }
+            Operation::Unlink { .. }
+            | Operation::Rmdir { .. }
+            | Operation::Rename { .. }
+            | Operation::Setxattr { .. }
+            | Operation::Removexattr { .. }
+            | Operation::Fallocate(_) => reply.ok(),
+            _ => return false,
+        }
+        true
+    }
+
+    fn serve(&self, req: &Request<'_>, reply: &mut Reply<'_>) {
         let ino = req.nodeid();
         match req.op {
             Operation::Lookup { name } => match self.fs.lookup(ino, name) {

@@ -171,7 +171,7 @@ fn devio_direct_on_image_files() {
         .sizes(128 << 20, 512 << 20)
         .mount_opts(&format!("{DEFAULT_MOUNT_OPTS},devio=direct"))
         .mount();
-    let pid = fs.daemon_pid();
+    let pid = fs.worker_pid();
     assert!(
         opened_direct(pid, fs.meta_path()),
         "meta not opened O_DIRECT"
@@ -200,7 +200,7 @@ fn devio_direct_on_block_devices_and_buffered_by_default() {
         .loop_devices(true)
         .mount_opts(&format!("{DEFAULT_MOUNT_OPTS},devio=direct"))
         .mount();
-    let pid = fs.daemon_pid();
+    let pid = fs.worker_pid();
     assert!(opened_direct(pid, fs.meta_path()));
     assert!(opened_direct(pid, fs.data_path()));
     workload(&fs, 2);
@@ -214,7 +214,7 @@ fn devio_direct_on_block_devices_and_buffered_by_default() {
             .sizes(128 << 20, 512 << 20)
             .mount_opts(&opts)
             .mount();
-        let pid = fs.daemon_pid();
+        let pid = fs.worker_pid();
         assert!(!opened_direct(pid, fs.meta_path()), "{opts}");
         assert!(!opened_direct(pid, fs.data_path()), "{opts}");
         fs::write(fs.join("a"), b"buffered").unwrap();

@@ -146,6 +146,22 @@ impl Drop for Images {
     }
 }
 
+/// The supervisor of worker `pid`, when the mount is supervised: its parent, if that is a
+/// `dualfs` process.
+fn supervisor_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: the fields after the last ')'.
+    let ppid: i32 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    let comm = fs::read_to_string(format!("/proc/{ppid}/comm")).ok()?;
+    (comm.trim() == "dualfs").then_some(ppid)
+}
+
 /// Is `pid` alive (not a zombie)? The daemon is not our child: mount(8) started it.
 fn process_running(pid: i32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -581,8 +597,9 @@ fn remount_ro_makes_everything_durable_and_remount_rw_undoes_it() {
     );
 
     // Nothing is left to write: the daemon's death loses nothing, and needs no recovery.
+    // (The whole daemon: a supervisor would replace a worker killed alone.)
     let (_, pid) = daemon_of(&img);
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    unsafe { libc::kill(supervisor_of(pid).unwrap_or(pid), libc::SIGKILL) };
     while process_running(pid) {
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -44,12 +44,16 @@ fn a_mount_point_whose_daemon_died_says_enotconn_and_how_to_clear_it() {
         f.write_all(b"x").unwrap();
         f.sync_all().unwrap();
     }
-    let pid = fs.daemon_pid();
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    // The mount stays, dead, until someone unmounts it.
+    // The pid `dualfs umount` names: the process serving the mount (a supervisor's worker,
+    // which dies with its supervisor).
+    let pid = fs.worker_pid();
+    unsafe { libc::kill(fs.daemon_pid() as i32, libc::SIGKILL) };
+    // The mount stays, dead, until someone unmounts it. (statfs: a stat may be answered from
+    // the kernel's cache of the root's attributes, which a supervised mount's worker, dying
+    // a moment after its supervisor, may have refreshed.)
     let dead = loop {
-        match std::fs::metadata(fs.path()) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => break e,
+        match nix::sys::statvfs::statvfs(fs.path()) {
+            Err(e) if e == nix::errno::Errno::ENOTCONN => break std::io::Error::from(e),
             _ => std::thread::sleep(std::time::Duration::from_millis(5)),
         }
     };

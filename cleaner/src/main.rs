@@ -182,7 +182,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let out = if cli.json {
             serde_json_string(&s)
         } else {
-            format_status(&cli.mountpoint, &s)
+            let mut out = format_status(&cli.mountpoint, &s);
+            // The daemon serving the mount, and how often its supervisor restarted it.
+            if let Ok(d) = client.daemon("dualfs-cleaner --status") {
+                out.push_str(&format!(
+                    "\ndaemon: pid {}, {} restarts",
+                    d.pid,
+                    d.restarts.unwrap_or(0)
+                ));
+            }
+            out
         };
         return print(&format!("{out}\n")).map(|()| ExitCode::SUCCESS);
     }

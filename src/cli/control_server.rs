@@ -279,6 +279,7 @@ fn serve_connection(serving: &Serving, stream: UnixStream) -> io::Result<()> {
                     pid: std::process::id(),
                     mountpoint: mountpoint.to_string(),
                     transport: serving.transport.get().map(|t| t.to_string()),
+                    restarts: Some(serving.fs.restarts()),
                 }
             }
             Ok(Request::Remount { options }) => remount(serving.remounter.as_deref(), &options),

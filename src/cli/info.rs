@@ -6,7 +6,7 @@
 use super::device::{is_in_use, open_device};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::mount::{dead_mount_error, device_path};
-use dualfs::control_protocol::{Client, Status};
+use dualfs::control_protocol::{Client, DaemonInfo, Status};
 use dualfs::device::{BlockDevice, DeviceIo, FileDevice, OpenMode};
 use dualfs::format::superblock::Superblock;
 use dualfs::format::FORMAT_VERSION;
@@ -55,6 +55,11 @@ pub struct Info {
     /// The FUSE transport the mount serves over, "uring" or "dev" (when mounted read-write:
     /// a read-only mount has no control socket to ask).
     pub transport: Option<String>,
+    /// The pid of the daemon serving the mount (a supervised mount's worker), when mounted
+    /// read-write.
+    pub daemon_pid: Option<u32>,
+    /// How many times the mount's supervisor restarted its daemon.
+    pub restarts: Option<u32>,
     pub mounted: bool,
 }
 
@@ -119,8 +124,8 @@ pub fn run(args: InfoArgs) -> ExitCode {
 struct Usage {
     status: Status,
     data_free_blocks: u64,
-    /// The mount's FUSE transport, when mounted.
-    transport: Option<String>,
+    /// Who serves the mount, when mounted.
+    daemon: DaemonInfo,
 }
 
 fn info(meta_arg: &Path) -> Result<Info, CliError> {
@@ -248,7 +253,7 @@ fn assemble(
 ) -> Info {
     let segment_bytes = sb.segment_blocks as u64 * sb.block_size as u64;
     let status = usage.as_ref().map(|u| &u.status);
-    let transport = usage.as_ref().and_then(|u| u.transport.clone());
+    let daemon = usage.as_ref().map(|u| u.daemon.clone()).unwrap_or_default();
     let free = usage.as_ref().map(|u| u.data_free_blocks);
     Info {
         label: sb.label.clone(),
@@ -290,7 +295,9 @@ fn assemble(
         },
         dead_mount,
         mountpoint,
-        transport,
+        transport: daemon.transport,
+        daemon_pid: (daemon.pid != 0).then_some(daemon.pid),
+        restarts: daemon.restarts,
         mounted,
     }
 }
@@ -321,7 +328,7 @@ fn usage_unmounted(
     let usage = Usage {
         status: fs.cleaner_status(),
         data_free_blocks: fs.statfs()?.bfree,
-        transport: None,
+        daemon: DaemonInfo::default(),
     };
     fs.unmount()?;
     Ok(usage)
@@ -340,14 +347,13 @@ fn usage_of_mount(mountpoint: &Path) -> Result<Usage, String> {
         })?;
     let st = nix::sys::statvfs::statvfs(mountpoint)
         .map_err(|e| format!("statfs {}: {}", mountpoint.display(), e.desc()))?;
-    let transport = Client::connect(mountpoint)
-        .and_then(|mut c| c.transport("dualfs info"))
-        .ok()
-        .flatten();
+    let daemon = Client::connect(mountpoint)
+        .and_then(|mut c| c.daemon("dualfs info"))
+        .unwrap_or_default();
     Ok(Usage {
         status,
         data_free_blocks: st.blocks_free(),
-        transport,
+        daemon,
     })
 }
 
@@ -381,6 +387,10 @@ fn render(i: &Info) -> String {
         None => "no".to_string(),
     };
     lines.push(("Mounted", mounted));
+    if let Some(pid) = i.daemon_pid {
+        let restarts = i.restarts.unwrap_or(0);
+        lines.push(("Daemon", format!("pid {pid}, {restarts} restarts")));
+    }
     if let Some(t) = &i.transport {
         lines.push(("FUSE transport", t.clone()));
     }

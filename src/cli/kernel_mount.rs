@@ -59,6 +59,12 @@ impl KernelMount {
             .write(true)
             .custom_flags(libc::O_CLOEXEC)
             .open("/dev/fuse")?;
+        Self::mount_on(OwnedFd::from(device), request)
+    }
+
+    /// Mount the connection of `device`, an open /dev/fuse (a supervisor's, which keeps it
+    /// for a successor).
+    pub fn mount_on(device: OwnedFd, request: &MountRequest) -> io::Result<(OwnedFd, KernelMount)> {
         let root_mode = std::fs::metadata(request.mountpoint)?.mode() & libc::S_IFMT;
         // SAFETY: getuid and getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -90,7 +96,22 @@ impl KernelMount {
             identity,
             own_unmount: AtomicBool::new(false),
         };
-        Ok((OwnedFd::from(device), mounted))
+        Ok((device, mounted))
+    }
+
+    /// The mount a dead daemon made, which a successor serves: `identity` as the dead one
+    /// found it (`identity_bytes`).
+    pub fn adopt(mountpoint: &Path, identity: Option<[u32; 3]>) -> KernelMount {
+        KernelMount {
+            mountpoint: mountpoint.to_path_buf(),
+            identity: identity.map(|[id, major, minor]| Identity { id, major, minor }),
+            own_unmount: AtomicBool::new(false),
+        }
+    }
+
+    /// Our mount's identity, for a successor (`adopt`).
+    pub fn identity(&self) -> Option<[u32; 3]> {
+        self.identity.map(|i| [i.id, i.major, i.minor])
     }
 
     /// The connection's number in /sys/fs/fuse/connections: the kernel's dev_t of the mount,

@@ -13,6 +13,7 @@ pub mod mount;
 pub mod options;
 pub mod remount;
 pub mod shutdown;
+pub mod supervisor;
 pub mod sync;
 pub mod tune;
 pub mod umount;

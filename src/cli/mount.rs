@@ -14,6 +14,7 @@ use super::logging::{self, LogTo};
 use super::options::{parse_option_lists_as, MountSettings, Strictness};
 use super::remount::{asks_remount, Remounter};
 use super::shutdown::{block_shutdown_signals, spawn_signal_watcher, Unmounter};
+use super::supervisor::{self, Inheritance, Reporter, Role};
 use super::umount::resolve_mountpoint;
 use dualfs::control_protocol::socket_path;
 use dualfs::daemon::{
@@ -94,12 +95,12 @@ pub fn run(args: MountArgs) -> ExitCode {
     }
     if args.foreground {
         logging::init(log_file.map_or(LogTo::Stderr, LogTo::File));
-        return serve(plan, Startup::foreground(Daemon::Mount));
+        return start(plan, Startup::foreground(Daemon::Mount));
     }
     logging::init(LogTo::DaemonStderr);
     match detach(Daemon::Mount, log_file) {
         Ok(Detached::Parent(code)) => code,
-        Ok(Detached::Child(startup)) => serve(plan, startup),
+        Ok(Detached::Child(startup)) => start(plan, startup),
         Err(message) => {
             print_error(&message);
             ExitCode::from(1)
@@ -133,6 +134,12 @@ fn plan(args: &MountArgs) -> Result<MountPlan, CliError> {
             "{} is given as both the metadata and the data device",
             meta.display()
         )));
+    }
+    if settings.supervise == Some(true) && settings.transport == Some(Transport::Uring) {
+        return Err(CliError::failure(
+            "supervise=on and transport=uring cannot go together: a successor cannot take              over the requests a dead daemon held in its io_uring entries (use transport=dev)"
+                .to_string(),
+        ));
     }
     let mountpoint = mountpoint_path(mountpoint)?;
     check_fuse_device()?;
@@ -370,13 +377,61 @@ fn ending(kernel: &KernelSide, result: std::io::Result<()>) -> Ending {
     ending
 }
 
+/// Serve the mount: under a supervisor that restarts a dead worker (cli/supervisor.rs), or
+/// in this process alone where a successor could not take over (see `supervised`).
+fn start(plan: MountPlan, startup: Startup) -> ExitCode {
+    if !supervised(&plan) {
+        return serve(&plan, Some(startup), None);
+    }
+    let mountpoint = plan.mountpoint.clone();
+    supervisor::supervise(startup, &mountpoint, |role, startup| {
+        serve(&plan, startup, Some(role))
+    })
+}
+
+/// Can a successor take over this mount's connection when its daemon dies? Only over
+/// /dev/fuse: requests a dead daemon held in its io_uring entries stay there, and the kernel
+/// can neither resend them nor move the connection back to /dev/fuse (docs/DESIGN.md,
+/// "Surviving the daemon"). So a mount that will serve over io_uring (`transport=uring`, or
+/// no `transport=` where the kernel offers it) runs unsupervised, as does one through
+/// fusermount3 (not root), whose descriptor only the daemon holds.
+fn supervised(plan: &MountPlan) -> bool {
+    if plan.settings.supervise == Some(false) {
+        info!("supervise=off: the daemon's death ends the mount");
+        return false;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        info!("not root: the mount is not supervised (its daemon's death ends it)");
+        return false;
+    }
+    let uring = match plan.settings.transport {
+        Some(Transport::Dev) => false,
+        Some(Transport::Uring) => true,
+        None => {
+            // Asked for, the supervisor wins: the mount serves over /dev/fuse.
+            plan.settings.supervise != Some(true) && dualfs::session::uring_enabled()
+        }
+    };
+    if uring {
+        info!(
+            "serving over io_uring: the mount is not supervised (a dead daemon's io_uring \
+             requests cannot be taken over; -o transport=dev mounts one that survives it)"
+        );
+    }
+    !uring
+}
+
 /// Mount, serve until unmounted, write the final checkpoint. Runs in the daemon (or the
-/// foreground process); `startup` hears whether the mount came up.
-fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
-    let mounted = match mount(&plan) {
+/// foreground process), or in a supervisor's worker (`role`); `startup` hears whether the
+/// mount came up (a successor has none: the mount is up).
+fn serve(plan: &MountPlan, startup: Option<Startup>, role: Option<Role>) -> ExitCode {
+    let (mounted, report) = match mount(plan, role) {
         Ok(mounted) => mounted,
         Err(message) => {
-            startup.fail(&message);
+            match startup {
+                Some(startup) => startup.fail(&message),
+                None => error!("{message}"),
+            }
             return ExitCode::from(1);
         }
     };
@@ -386,7 +441,9 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
         plan.data.display(),
         plan.mountpoint.display()
     );
-    startup.ready();
+    if let Some(startup) = startup {
+        startup.ready();
+    }
 
     let Mounted {
         fs,
@@ -397,10 +454,32 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
         utab_line,
         mut control,
     } = mounted;
+    let identity = match &kernel {
+        KernelSide::Own(mount) => mount.identity(),
+        KernelSide::Fusermount => None,
+    };
     // Returns when the kernel ends the connection: an unmount (external or ours), an abort.
     let result = handshake.serve().and_then(|session| {
         let serving = session.transport();
         info!("FUSE transport: {serving}");
+        match report {
+            Some(Report::First(report)) => report.serving_first(session.negotiated(), identity),
+            Some(Report::Successor(report, since)) => {
+                // What the dead worker had read and not answered comes again.
+                if let Err(e) = session.notifier().resend() {
+                    warn!(
+                        "cannot ask the kernel to resend requests: {}",
+                        describe_io(&e)
+                    );
+                }
+                info!(
+                    "serving again {} ms after this worker started",
+                    since.elapsed().as_millis()
+                );
+                report.serving();
+            }
+            None => {}
+        }
         if plan.settings.transport == Some(Transport::Uring) && serving != Transport::Uring {
             warn!(
                 "-o transport=uring: the kernel's FUSE over io_uring could not be used (see \
@@ -444,7 +523,7 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
     drop(fs);
     match (&ending, &kernel) {
         (Ending::Aborted | Ending::Failed(_), KernelSide::Own(mount)) => mount.detach_dead_mount(),
-        (_, KernelSide::Fusermount) => detach_fusermount_mount(&plan),
+        (_, KernelSide::Fusermount) => detach_fusermount_mount(plan),
         _ => {}
     }
     if let Some(mountpoint) = &utab_line {
@@ -502,9 +581,50 @@ fn serve(plan: MountPlan, startup: Startup) -> ExitCode {
     }
 }
 
-fn mount(plan: &MountPlan) -> Result<Mounted, String> {
+/// What a supervised worker tells its supervisor once it serves.
+enum Report {
+    First(Reporter),
+    /// A successor, and when it started (for the log: how long the mount had no daemon).
+    Successor(Reporter, std::time::Instant),
+}
+
+/// How a worker comes to its connection.
+enum Connection {
+    /// Mount one: our own /dev/fuse (or fusermount3's), or the supervisor's.
+    New(Option<std::os::fd::OwnedFd>),
+    /// Take over a dead worker's.
+    Inherited(Inheritance),
+}
+
+fn mount(plan: &MountPlan, role: Option<Role>) -> Result<(Mounted, Option<Report>), String> {
+    let started = std::time::Instant::now();
     // Before the core starts its threads, so that they inherit the mask.
     block_shutdown_signals().map_err(|e| format!("cannot block signals: {}", e.desc()))?;
+    let supervised = role.is_some();
+    let (connection, report) = match role {
+        None => (Connection::New(None), None),
+        Some(Role::First { device, report }) => {
+            (Connection::New(Some(device)), Some(Report::First(report)))
+        }
+        Some(Role::Successor {
+            inheritance,
+            report,
+        }) => {
+            info!(
+                "taking over {} from a dead worker (restart {})",
+                plan.mountpoint.display(),
+                inheritance.incarnation
+            );
+            // The test of the restart limit: a successor that cannot serve.
+            if std::env::var_os("DUALFS_TEST_SUCCESSOR_PANICS").is_some() {
+                panic!("DUALFS_TEST_SUCCESSOR_PANICS is set: this successor dies");
+            }
+            (
+                Connection::Inherited(inheritance),
+                Some(Report::Successor(report, started)),
+            )
+        }
+    };
 
     let read_only = plan.settings.read_only;
     let devio = plan.settings.device_io();
@@ -512,7 +632,11 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
         open_device(&plan.meta, read_only, devio).map_err(|e| device_error(&plan.meta, &e))?;
     let data =
         open_device(&plan.data, read_only, devio).map_err(|e| device_error(&plan.data, &e))?;
-    let fs = Fs::mount(meta, data, plan.settings.core_options()).map_err(|e| {
+    let mut core_options = plan.settings.core_options();
+    if let Connection::Inherited(inheritance) = &connection {
+        core_options.successor_of_dead = Some(inheritance.incarnation);
+    }
+    let fs = Fs::mount(meta, data, core_options).map_err(|e| {
         format!(
             "cannot mount {} + {}: {}",
             plan.meta.display(),
@@ -525,13 +649,31 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
     let config = SessionConfig {
         init: adapter.init_config(),
         threads: plan.threads,
-        transport: plan.settings.transport(),
+        // A successor takes over over /dev/fuse only (`supervised`).
+        transport: if supervised {
+            Transport::Dev
+        } else {
+            plan.settings.transport()
+        },
         acl: plan.settings.session_acl(nix::unistd::geteuid().is_root()),
+        // The supervisor holds the session's descriptor, never a thread's clone.
+        clone_devices: !supervised,
         ..SessionConfig::default()
     };
-    let (handshake, kernel) = start_session(plan, adapter, &config)?;
+    let (handshake, kernel) = match connection {
+        Connection::New(device) => {
+            let started = start_session(plan, adapter, &config, device)?;
+            set_readahead(plan);
+            started
+        }
+        Connection::Inherited(inheritance) => {
+            let mount = KernelMount::adopt(&plan.mountpoint, inheritance.identity);
+            let handshake =
+                Session::resume(adapter, inheritance.device, inheritance.negotiated, &config);
+            (handshake, KernelSide::Own(Arc::new(mount)))
+        }
+    };
     let transport = Arc::new(OnceLock::new());
-    set_readahead(plan);
 
     let unmounter = match &kernel {
         KernelSide::Own(mount) => Unmounter::Own(mount.clone()),
@@ -593,15 +735,18 @@ fn mount(plan: &MountPlan) -> Result<Mounted, String> {
             }
         }
     };
-    Ok(Mounted {
-        fs,
-        handshake,
-        transport,
-        kernel,
-        pid_file,
-        utab_line,
-        control,
-    })
+    Ok((
+        Mounted {
+            fs,
+            handshake,
+            transport,
+            kernel,
+            pid_file,
+            utab_line,
+            control,
+        },
+        report,
+    ))
 }
 
 /// A line of this daemon's own in libmount's table: umount(8) then runs the helper
@@ -654,6 +799,7 @@ fn start_session(
     plan: &MountPlan,
     adapter: Arc<DualFuse>,
     config: &SessionConfig,
+    device: Option<std::os::fd::OwnedFd>,
 ) -> Result<(Handshake<DualFuse>, KernelSide), String> {
     let mount_failed = |e: &std::io::Error| {
         format!(
@@ -672,7 +818,11 @@ fn start_session(
         flags: plan.settings.kernel_flags(),
         allow_other,
     };
-    match KernelMount::mount(&request) {
+    let mounted = match device {
+        Some(device) => KernelMount::mount_on(device, &request),
+        None => KernelMount::mount(&request),
+    };
+    match mounted {
         Ok((fd, mount)) => {
             // Returns once the kernel finished the INIT handshake: the mount is usable once
             // the session serves.

@@ -72,6 +72,9 @@ pub struct MountSettings {
     /// `transport=uring|dev`: how FUSE requests travel; unset: io_uring where the kernel
     /// offers it, /dev/fuse otherwise.
     pub transport: Option<Transport>,
+    /// `supervise=on|off`: a supervisor restarts a dead daemon on the same mount; unset: on
+    /// wherever a successor can take over (cli/mount.rs, `supervised`).
+    pub supervise: Option<bool>,
     /// Options that only mean something to mount(8), fstab or systemd, accepted and ignored.
     pub ignored: Vec<String>,
 }
@@ -172,6 +175,12 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
          it, so that the daemon's death (kill -9, the OOM killer) loses nothing; the next mount \
          replays it (default on, in /dev/shm/dualfs-intent; DIR: another directory, which \
          must outlive the daemon)",
+    ),
+    (
+        "supervise=on|off",
+        "run the daemon under a supervisor that holds the FUSE connection and starts a \
+         successor when the daemon dies, so that the mount lives on (default on where a \
+         successor can take over: root, over /dev/fuse; off over io_uring)",
     ),
     (
         "flush_interval=SECONDS",
@@ -435,6 +444,14 @@ pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), Cl
                 "off" => None,
                 dir if dir.starts_with('/') => Some(dir.into()),
                 _ => return Err(bad_value(key, text, "on, off or an absolute directory")),
+            });
+        }
+        "supervise" => {
+            let text = needs_value(key, value, "on|off")?;
+            s.supervise = Some(match text {
+                "on" => true,
+                "off" => false,
+                _ => return Err(bad_value(key, text, "expected on or off")),
             });
         }
         "flush_interval" => s.flush_interval = Some(positive_seconds(key, value)?),

@@ -352,3 +352,79 @@ fn random_work_survives_the_daemon_dying_at_any_point() {
         unmount_and_check(fs, &m, &d, &format!("seed {seed}"));
     }
 }
+
+/// A successor of a dead daemon (`successor_of_dead`) serves what the kernel holds of the
+/// dead one's: its open handles, its removed-but-open files, its numbers; and knows which
+/// requests the dead one carried out (`answered_before`).
+#[test]
+fn a_successor_serves_what_the_kernel_holds_of_its_predecessor() {
+    let dir = IntentDir::new("successor");
+    let (m, d) = devices(32, 64);
+    let o = opts(&dir, 256 << 10);
+    let fs = Fs::mount(m.clone(), d.clone(), o.clone()).unwrap();
+    fs.begin_kernel_session(false);
+    // Made by requests 10 and 12: their records carry the ids.
+    crate::intent::set_request(10);
+    let (open, fh) = fs.create(&U, ROOT, b"open", 0o644, libc::O_RDWR).unwrap();
+    crate::intent::set_request(12);
+    fs.write(open.ino, fh, 0, b"still open").unwrap();
+    crate::intent::set_request(0);
+    let (_, afh) = fs
+        .create(
+            &U,
+            ROOT,
+            b"appended",
+            0o644,
+            libc::O_WRONLY | libc::O_APPEND,
+        )
+        .unwrap();
+    let appended = fs.lookup(ROOT, b"appended").unwrap().ino;
+    fs.write(appended, afh, 0, b"one").unwrap();
+    // Removed while open: the kernel still holds it.
+    fs.lookup(ROOT, b"open").unwrap();
+    fs.unlink(&U, ROOT, b"open").unwrap();
+    let gone = fs.create(&U, ROOT, b"gone", 0o644, libc::O_RDWR).unwrap();
+    fs.release(gone.0.ino, gone.1).unwrap();
+    fs.unlink(&U, ROOT, b"gone").unwrap();
+    fs.commit().unwrap();
+    let freed = gone.0.ino;
+
+    fs.shutdown();
+    drop(fs);
+    let successor = MountOptions {
+        successor_of_dead: Some(1),
+        ..o.clone()
+    };
+    let fs = Fs::mount(m.clone(), d.clone(), successor).unwrap();
+    fs.begin_kernel_session(false);
+    assert!(fs.answered_before(10) && fs.answered_before(12));
+    assert!(!fs.answered_before(10), "asked once");
+    assert!(!fs.answered_before(11), "no record of request 11");
+    assert_eq!(fs.restarts(), 1);
+    // The dead daemon's handles work here: reads and writes of the removed file, an
+    // O_APPEND handle that still appends.
+    assert_eq!(fs.read(open.ino, fh, 0, 100).unwrap(), b"still open");
+    fs.write(open.ino, fh, 10, b"!").unwrap();
+    fs.write(appended, afh, 0, b"two").unwrap();
+    let mine = fs.open(&U, appended, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(appended, mine, 0, 100).unwrap(), b"onetwo");
+    assert!(
+        mine >> 42 == 1,
+        "a successor's handles carry its incarnation"
+    );
+    fs.release(appended, mine).unwrap();
+    assert!(
+        fs.release(open.ino, fh).is_ok(),
+        "a dead daemon's handle closes"
+    );
+    // Nothing free before the takeover is handed out again (the kernel may hold it).
+    let (made, mfh) = fs.create(&U, ROOT, b"new", 0o644, libc::O_RDWR).unwrap();
+    fs.release(made.ino, mfh).unwrap();
+    assert_ne!(made.ino, freed, "a number free at the takeover was reused");
+    // The removed file stays until the kernel's last FORGET of it, which frees it.
+    assert_eq!(fs.getattr(open.ino).unwrap().nlink, 0);
+    fs.forget(open.ino, 3);
+    assert!(fs.getattr(open.ino).is_err(), "freed at its FORGET");
+    fs.commit().unwrap();
+    unmount_and_check(fs, &m, &d, "after the successor");
+}

@@ -82,6 +82,11 @@ pub struct MountOptions {
     /// it, so the daemon's death loses nothing (docs/DESIGN.md, "Surviving the daemon").
     /// `None`: no intent log.
     pub intent_dir: Option<std::path::PathBuf>,
+    /// This mount takes over the kernel connection of a dead daemon, as its `n`th successor
+    /// (docs/DESIGN.md, "Surviving the daemon"): what the kernel holds of the dead one's
+    /// (inode numbers, open handles, removed files) stays valid, and requests the kernel
+    /// resends are answered from what they did (`Fs::answered_before`).
+    pub successor_of_dead: Option<u32>,
 }
 
 impl Default for MountOptions {
@@ -100,6 +105,7 @@ impl Default for MountOptions {
             data_cache_bytes: 256 << 20,
             data_expire: Duration::from_secs(30),
             intent_dir: None,
+            successor_of_dead: None,
         }
     }
 }
@@ -174,6 +180,9 @@ pub struct Fs {
     intent: Option<crate::intent::IntentLog>,
     /// What mount replayed from it.
     intent_replay: parking_lot::Mutex<IntentReplay>,
+    /// A successor's mount: the operations each FUSE request of the dead daemon made, by the
+    /// request's id, for the kernel's resend of requests whose replies may not have reached it.
+    answered: parking_lot::Mutex<std::collections::HashSet<u64>>,
     recovery: Recovery,
     /// Turned read-only while mounted (`set_read_only`, a remount): nothing is written.
     remounted_read_only: std::sync::atomic::AtomicBool,
@@ -219,6 +228,18 @@ impl Fs {
     /// What the mount replayed from the intent log.
     pub fn intent_replay(&self) -> IntentReplay {
         self.intent_replay.lock().clone()
+    }
+
+    /// How many daemons died before the one serving this mount (`successor_of_dead`).
+    pub fn restarts(&self) -> u32 {
+        self.opts.successor_of_dead.unwrap_or(0)
+    }
+
+    /// Did FUSE request `unique` of a dead predecessor make a change the intent log recorded
+    /// (then it was carried out, and only its reply may be missing)? Asked once per request.
+    pub fn answered_before(&self, unique: u64) -> bool {
+        let mut answered = self.answered.lock();
+        !answered.is_empty() && answered.remove(&unique)
     }
 
     fn nodes(&self) -> Nodes<'_> {

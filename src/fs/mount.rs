@@ -158,6 +158,7 @@ impl Fs {
             recovery,
             intent: None,
             intent_replay: Default::default(),
+            answered: Default::default(),
             sb,
             opts,
             remounted_read_only: std::sync::atomic::AtomicBool::new(false),
@@ -227,7 +228,7 @@ impl Fs {
             checkpoint_serial: cp.serial,
             checkpoint_clean: cp.is_clean(),
             report,
-            orphans_freed: if opts.read_only {
+            orphans_freed: if opts.read_only || opts.successor_of_dead.is_some() {
                 0
             } else {
                 orphans.len() as u64
@@ -236,6 +237,15 @@ impl Fs {
         let mut fs = Fs::assemble(sb, meta, data, opts, tables, tree, head, recovery);
         fs.intent = intent;
         let fs = Arc::new(fs);
+        let successor = fs.opts.successor_of_dead.filter(|_| !fs.opts.read_only);
+        if let Some(incarnation) = successor {
+            // Before the replay: a removed file the kernel may still hold stays.
+            fs.ns.kernel_refs.inherit();
+            fs.ns.set_incarnation(incarnation);
+            if let Some(found) = &found {
+                *fs.answered.lock() = answered_requests(found);
+            }
+        }
         if !fs.opts.read_only {
             if let (Some(found), Some(_)) = (&found, &fs.intent) {
                 let replay = fs.replay_intents(found, recovered_serial);
@@ -250,8 +260,14 @@ impl Fs {
                 // the checkpoint below holds everything the old records describe.
                 fs.writeback_all()?;
             }
-            for ino in orphans {
-                fs.free_orphan(ino)?;
+            if successor.is_some() {
+                // Numbers free now may be held by the kernel, and orphans may be open there:
+                // they stay until its FORGET, or the next mount.
+                fs.ns.set_aside_free_inos();
+            } else {
+                for ino in orphans {
+                    fs.free_orphan(ino)?;
+                }
             }
             fs.checkpoint(false)?;
             // The log holds it all now: the dead daemon's records go (a death from here on
@@ -396,6 +412,11 @@ impl Fs {
 
 /// The mount's intent log, when `opts` ask for one, and what an earlier daemon left in it.
 /// A read-only mount replays nothing (it writes nothing): it says what it leaves.
+/// The FUSE requests whose changes the found intent log records.
+fn answered_requests(found: &crate::intent::Found) -> std::collections::HashSet<u64> {
+    found.by_request().into_keys().collect()
+}
+
 fn open_intent_log(
     sb: &Superblock,
     opts: &MountOptions,

@@ -7,13 +7,13 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 pub const CHUNK_MAGIC: &[u8; 8] = b"DFSINTNT";
-pub const CHUNK_VERSION: u32 = 1;
+pub const CHUNK_VERSION: u32 = 2;
 /// Header bytes before the first record.
 pub const CHUNK_HEADER: usize = 64;
 /// Every record starts at a multiple of this.
 pub const RECORD_ALIGN: usize = 8;
 /// Bytes of a record's frame before its payload.
-pub const FRAME: usize = 24;
+pub const FRAME: usize = 32;
 
 /// Byte offsets of the header's fields (docs/FORMAT.md, "Intent log").
 mod at {
@@ -29,16 +29,19 @@ mod at {
 const _: () = assert!(at::COVER_SEQ + 8 <= CHUNK_HEADER);
 
 /// Offsets inside a record's frame.
-mod frame_at {
+pub mod frame_at {
     /// Total bytes of the record, frame included, a multiple of `RECORD_ALIGN`; written when
     /// the space is taken, so a reader can step over a record whose copy never finished.
     pub const LEN: usize = 0;
     /// CRC-32 of bytes `SEQ..LEN`, written last: a record is whole when it matches.
     pub const CRC: usize = 4;
     pub const SEQ: usize = 8;
-    pub const KIND: usize = 16;
+    /// The FUSE request that made the operation (0: none), so that a successor answers the
+    /// kernel's resend of it from what it did instead of doing it twice.
+    pub const REQUEST: usize = 16;
+    pub const KIND: usize = 24;
     /// Payload bytes (the rest of `LEN` is padding).
-    pub const PAYLOAD_LEN: usize = 20;
+    pub const PAYLOAD_LEN: usize = 28;
 }
 const _: () = assert!(frame_at::PAYLOAD_LEN + 4 == FRAME);
 
@@ -54,6 +57,8 @@ pub struct Cover {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawRecord {
     pub seq: u64,
+    /// The FUSE request's unique id (0: not made by a request).
+    pub request: u64,
     pub kind: u8,
     pub payload: Vec<u8>,
 }
@@ -134,7 +139,7 @@ impl Chunk {
     }
 
     /// Copy a record into the space `claim` took at `off`; its CRC goes in last.
-    pub fn write_record(&self, off: usize, seq: u64, kind: u8, parts: &[&[u8]]) {
+    pub fn write_record(&self, off: usize, seq: u64, request: u64, kind: u8, parts: &[&[u8]]) {
         let payload: usize = parts.iter().map(|p| p.len()).sum();
         let len = record_len(payload);
         // SAFETY: as in `claim`: the space is this caller's alone.
@@ -145,6 +150,7 @@ impl Chunk {
             "a record written into space claimed for another length"
         );
         b[frame_at::SEQ..frame_at::SEQ + 8].copy_from_slice(&seq.to_le_bytes());
+        b[frame_at::REQUEST..frame_at::REQUEST + 8].copy_from_slice(&request.to_le_bytes());
         b[frame_at::KIND..frame_at::KIND + 4].copy_from_slice(&u32::from(kind).to_le_bytes());
         b[frame_at::PAYLOAD_LEN..FRAME].copy_from_slice(&(payload as u32).to_le_bytes());
         let mut at = FRAME;
@@ -238,6 +244,7 @@ pub fn read_chunk(bytes: &[u8], uuid: &[u8; 16]) -> Result<ChunkContents, String
         {
             out.records.push(RawRecord {
                 seq: u64_at(r, frame_at::SEQ),
+                request: u64_at(r, frame_at::REQUEST),
                 kind: r[frame_at::KIND],
                 payload: r[FRAME..FRAME + payload].to_vec(),
             });

@@ -44,6 +44,21 @@ thread_local! {
     static REPLAYING: Cell<bool> = const { Cell::new(false) };
 }
 
+thread_local! {
+    /// The FUSE request this thread is serving (0: none): its records carry it.
+    static REQUEST: Cell<u64> = const { Cell::new(0) };
+}
+
+/// This thread serves FUSE request `unique` (0: none) from now on.
+pub fn set_request(unique: u64) {
+    REQUEST.with(|r| r.set(unique));
+}
+
+/// The FUSE request this thread serves (0: none).
+pub fn current_request() -> u64 {
+    REQUEST.with(|r| r.get())
+}
+
 /// Whether this thread is replaying (its operations are already recorded).
 pub fn replaying() -> bool {
     REPLAYING.with(|r| r.get())
@@ -113,6 +128,18 @@ impl Found {
             .collect();
         v.sort_by_key(|r| r.seq);
         v
+    }
+
+    /// The FUSE requests that made the operation records (a request whose reply may never
+    /// have reached the kernel is resent to the daemon's successor).
+    pub fn by_request(&self) -> std::collections::HashMap<u64, Vec<&RawRecord>> {
+        let mut m: std::collections::HashMap<u64, Vec<&RawRecord>> = Default::default();
+        for r in self.records() {
+            if r.request != 0 {
+                m.entry(r.request).or_default().push(r);
+            }
+        }
+        m
     }
 
     pub fn torn(&self) -> u64 {
@@ -299,7 +326,12 @@ impl IntentLog {
         if let Some(s) = sealed {
             self.sealed.lock().push(s);
         }
-        chunk.write_record(off, seq, kind, parts);
+        let request = if kind == KIND_COVER {
+            0
+        } else {
+            current_request()
+        };
+        chunk.write_record(off, seq, request, kind, parts);
         Ok(())
     }
 

@@ -119,7 +119,13 @@ pub mod opcode {
 pub mod notify {
     pub const INVAL_INODE: i32 = 2;
     pub const INVAL_ENTRY: i32 = 3;
+    /// Put every request read and not yet answered back in the queue (no payload).
+    pub const RESEND: i32 = 7;
 }
+
+/// `FUSE_UNIQUE_RESEND`: set in the unique id of a request the kernel sent again after
+/// `notify::RESEND`; the reply carries the id as it came.
+pub const UNIQUE_RESEND: u64 = 1 << 63;
 
 /// `FUSE_DEV_IOC_CLONE`: `_IOR(229, 0, uint32_t)`.
 pub const DEV_IOC_CLONE: u64 = (2 << 30) | (4 << 16) | (229 << 8);

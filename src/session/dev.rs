@@ -113,15 +113,20 @@ fn clone_device(device: &OwnedFd) -> io::Result<OwnedFd> {
         Ok(fd) => Ok(fd),
         Err(e) => {
             debug!("FUSE_DEV_IOC_CLONE failed ({e}): threads share one descriptor");
-            // SAFETY: dup of a descriptor we own; the result is owned by the new OwnedFd.
-            let fd = unsafe { libc::dup(device.as_raw_fd()) };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: `fd` is a fresh descriptor nobody else owns.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+            dup(device)
         }
     }
+}
+
+/// Another descriptor of the session's own open file (its queue of requests read).
+fn dup(device: &OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: dup of a descriptor we own; the result is owned by the new OwnedFd.
+    let fd = unsafe { libc::fcntl(device.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 pub(super) fn spawn_workers<D: Dispatch>(
@@ -129,12 +134,17 @@ pub(super) fn spawn_workers<D: Dispatch>(
     device: &Arc<OwnedFd>,
     negotiated: &Negotiated,
     threads: usize,
+    clone: bool,
     stats: &Arc<Stats>,
     end: &Arc<End>,
 ) -> io::Result<Vec<JoinHandle<()>>> {
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
-        let fd = clone_device(device)?;
+        let fd = if clone {
+            clone_device(device)?
+        } else {
+            dup(device)?
+        };
         let fs = fs.clone();
         let stats = stats.clone();
         let end = end.clone();
@@ -210,6 +220,28 @@ fn worker<D: Dispatch>(
             if e.raw_os_error() != Some(libc::ENOENT) {
                 warn!("writing a reply to /dev/fuse: {e}");
             }
+        }
+    }
+}
+
+/// Answer every request with EIO until the kernel ends the connection (ENODEV): a
+/// supervisor that gave up on its daemon keeps the mount failing cleanly instead of hanging.
+/// FORGET and INTERRUPT want no answer.
+pub(super) fn fail_all(fd: &OwnedFd, negotiated: &Negotiated) -> io::Result<()> {
+    let mut buf = vec![0u8; negotiated.dev_buffer_size()];
+    loop {
+        let n = match read(fd, &mut buf) {
+            Ok(n) => n,
+            Err(e) if retry(&e) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let Ok((header, _)) = abi::InHeader::read_from_prefix(&buf[..n]) else {
+            continue;
+        };
+        use abi::opcode::{BATCH_FORGET, FORGET, INTERRUPT};
+        if !matches!(header.opcode, FORGET | BATCH_FORGET | INTERRUPT) {
+            let _ = send_error(fd, header.unique, libc::EIO);
         }
     }
 }

@@ -76,6 +76,35 @@ pub struct Negotiated {
 }
 
 impl Negotiated {
+    /// Bytes of `to_bytes`.
+    pub const ENCODED: usize = 30;
+
+    /// The outcome as bytes, for a successor daemon that serves the same connection (it
+    /// never sees INIT): little-endian fields in declaration order.
+    pub fn to_bytes(&self) -> [u8; Self::ENCODED] {
+        let mut b = [0u8; Self::ENCODED];
+        b[0..4].copy_from_slice(&self.minor.to_le_bytes());
+        b[4..12].copy_from_slice(&self.offered.to_le_bytes());
+        b[12..20].copy_from_slice(&self.flags.to_le_bytes());
+        b[20..24].copy_from_slice(&self.max_write.to_le_bytes());
+        b[24..26].copy_from_slice(&self.max_pages.to_le_bytes());
+        b[26..30].copy_from_slice(&self.max_readahead.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8; Self::ENCODED]) -> Negotiated {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        Negotiated {
+            minor: u32_at(0),
+            offered: u64_at(4),
+            flags: u64_at(12),
+            max_write: u32_at(20),
+            max_pages: u16::from_le_bytes([b[24], b[25]]),
+            max_readahead: u32_at(26),
+        }
+    }
+
     pub fn has(&self, flag: u64) -> bool {
         self.flags & flag == flag
     }

@@ -99,6 +99,11 @@ pub struct SessionConfig {
     pub queue_depth: usize,
     /// Whose requests are served; the owner is this process's effective user.
     pub acl: Acl,
+    /// Give each /dev/fuse thread a descriptor of its own (FUSE_DEV_IOC_CLONE). Off when a
+    /// supervisor keeps the connection for a successor: requests read on a clone are
+    /// aborted when the clone closes with its dead daemon, while the session's descriptor
+    /// lives on in the supervisor.
+    pub clone_devices: bool,
     #[doc(hidden)]
     pub fault: Option<UringFault>,
 }
@@ -111,6 +116,7 @@ impl Default for SessionConfig {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             queue_depth: 8,
             acl: Acl::All,
+            clone_devices: true,
             fault: None,
         }
     }
@@ -299,7 +305,43 @@ impl Session {
             rings,
             threads: config.threads.max(1),
             fault: config.fault,
+            clone: config.clone_devices,
         })
+    }
+
+    /// Serve a connection a dead daemon served, from the outcome of its INIT: no handshake
+    /// (the kernel sends INIT once per connection), /dev/fuse only (a dead daemon's io_uring
+    /// entries keep the requests they held: docs/DESIGN.md, "Surviving the daemon"). The
+    /// caller asks the kernel to resend what the dead daemon had read
+    /// ([`Notifier::resend`]) once this serves.
+    pub fn resume<D: Dispatch>(
+        fs: Arc<D>,
+        device: OwnedFd,
+        negotiated: Negotiated,
+        config: &SessionConfig,
+    ) -> Handshake<D> {
+        let fs = Arc::new(Gate {
+            inner: fs,
+            acl: config.acl,
+            // SAFETY: geteuid cannot fail.
+            owner: unsafe { libc::geteuid() },
+        });
+        let device = Arc::new(device);
+        fs.init(
+            &negotiated,
+            Notifier {
+                device: device.clone(),
+            },
+        );
+        Handshake {
+            fs,
+            device,
+            negotiated,
+            rings: None,
+            threads: config.threads.max(1),
+            fault: None,
+            clone: config.clone_devices,
+        }
     }
 
     /// The transport carrying requests.
@@ -353,6 +395,7 @@ pub struct Handshake<D: Dispatch> {
     rings: Option<uring::Rings>,
     threads: usize,
     fault: Option<UringFault>,
+    clone: bool,
 }
 
 impl<D: Dispatch> Handshake<D> {
@@ -369,10 +412,12 @@ impl<D: Dispatch> Handshake<D> {
             rings,
             threads,
             fault,
+            clone,
         } = self;
         let stats = Arc::new(Stats::default());
         let end = Arc::new(End::default());
-        let mut threads = dev::spawn_workers(&fs, &device, &negotiated, threads, &stats, &end)?;
+        let mut threads =
+            dev::spawn_workers(&fs, &device, &negotiated, threads, clone, &stats, &end)?;
         let transport = match rings {
             Some(rings) => {
                 let (started, ok) = rings.start(&fs, &device, &negotiated, fault, &stats, &end);
@@ -398,6 +443,14 @@ impl<D: Dispatch> Handshake<D> {
     }
 }
 
+/// Fail every request on `device` with EIO until the connection ends, after asking the
+/// kernel to resend what was read and not answered (a supervisor that gave up on its
+/// daemon: the mount fails cleanly instead of hanging).
+pub fn fail_all(device: &OwnedFd, negotiated: &Negotiated) -> io::Result<()> {
+    let _ = dev::send(device, 0, abi::notify::RESEND, &[]);
+    dev::fail_all(device, negotiated)
+}
+
 /// Tells the kernel to drop what it caches.
 #[derive(Clone)]
 pub struct Notifier {
@@ -410,6 +463,13 @@ impl Notifier {
     pub fn inval_inode(&self, ino: u64, off: i64, len: i64) -> io::Result<()> {
         let out = abi::NotifyInvalInodeOut { ino, off, len };
         dev::send(&self.device, 0, abi::notify::INVAL_INODE, out.as_bytes())
+    }
+
+    /// Put every request read from the connection and not yet answered back in its queue
+    /// (a successor's first act: what the dead daemon had read comes again, its unique id
+    /// marked with `abi::UNIQUE_RESEND`). Kernel 6.9 and later.
+    pub fn resend(&self) -> io::Result<()> {
+        dev::send(&self.device, 0, abi::notify::RESEND, &[])
     }
 
     /// Drop the kernel's entry of `name` in `parent`.
@@ -517,3 +577,10 @@ fn serve<D: Dispatch>(fs: &D, req: &Request<'_>, reply: &mut Reply<'_>) {
 
 #[cfg(test)]
 mod tests;
+
+/// Has root switched on FUSE over io_uring (`/sys/module/fuse/parameters/enable_uring`)? The
+/// kernel offers it at INIT only then.
+pub fn uring_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y")
+}

@@ -1,7 +1,7 @@
 //! Decoding and encoding checked against byte strings laid out by hand from fuse.h 7.45.
 
 use super::abi::{self, init_flags as f, opcode};
-use super::init::{negotiate, InitConfig};
+use super::init::{negotiate, InitConfig, Negotiated};
 use super::reply::{out_header, Answer, Reply};
 use super::request::{decode_dev, decode_ring, Layout, Operation};
 use zerocopy::FromBytes;
@@ -527,4 +527,17 @@ fn read_replies_fill_in_place() {
     // Too large for the buffer: EIO, not a panic.
     reply.bytes(&[0u8; 101]);
     assert_eq!(reply.answer(), Answer::Error(libc::EIO));
+}
+
+#[test]
+fn the_outcome_of_init_survives_its_encoding() {
+    let n = Negotiated {
+        minor: 45,
+        offered: 0x1234_5678_9abc_def0,
+        flags: 0x0fed_cba9_8765_4321,
+        max_write: 256 << 10,
+        max_pages: 64,
+        max_readahead: 1 << 20,
+    };
+    assert_eq!(Negotiated::from_bytes(&n.to_bytes()), n);
 }

@@ -84,7 +84,7 @@ pub fn dualfs_bin() -> PathBuf {
     panic!("cannot find the dualfs binary: set DUALFS_BIN");
 }
 
-fn env_secs(name: &str, default: u64) -> Duration {
+pub fn env_secs(name: &str, default: u64) -> Duration {
     let s = std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -498,6 +498,28 @@ impl TestFs {
             .expect("daemon_pid: no DualFS daemon")
             .child
             .id()
+    }
+
+    /// The pid of the process serving the mount: the supervisor's worker when the mount is
+    /// supervised (waiting up to 10 s for one to exist), else the daemon itself.
+    pub fn worker_pid(&self) -> u32 {
+        let daemon = self.daemon_pid();
+        let children = format!("/proc/{daemon}/task/{daemon}/children");
+        let start = Instant::now();
+        loop {
+            let listed = fs::read_to_string(&children).unwrap_or_default();
+            if let Some(pid) = listed.split_whitespace().next() {
+                return pid.parse().unwrap();
+            }
+            if !self.daemon_log().contains("supervisor") {
+                return daemon;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "supervisor {daemon} has no worker"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// Everything the daemon printed so far (empty on kernel backends).

@@ -213,14 +213,15 @@ impl IntentSnap {
     fn last_record(&self) -> Option<(usize, usize, u8)> {
         let k = self.files.len().checked_sub(1)?;
         let bytes = &self.files[k].1;
-        let mut off = 64;
+        use dualfs::intent::chunk::{frame_at, CHUNK_HEADER, FRAME};
+        let mut off = CHUNK_HEADER;
         let mut last = None;
-        while off + 24 <= bytes.len() {
+        while off + FRAME <= bytes.len() {
             let len = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
             if len == 0 {
                 break;
             }
-            last = Some((k, off, bytes[off + 16]));
+            last = Some((k, off, bytes[off + frame_at::KIND]));
             off += len;
         }
         last
@@ -243,7 +244,8 @@ impl IntentSnap {
         }
         let mut torn = self.clone();
         let bytes = &mut torn.files[k].1;
-        let at = (off + 24).min(bytes.len() - 1);
+        // A byte of the payload (or the frame's last, for an empty one): the CRC fails.
+        let at = (off + dualfs::intent::chunk::FRAME).min(bytes.len() - 1);
         bytes[at] ^= 0x5a;
         Some(torn)
     }

@@ -31,10 +31,6 @@ pub(crate) fn regular_size(e: &InodeEntry) -> Result<u64> {
 }
 
 impl Fs {
-    pub(in crate::fs) fn handle(&self, fh: u64) -> Result<Handle> {
-        self.ns.handle(fh).ok_or(FsError::Errno(libc::EBADF))
-    }
-
     /// The handle a file operation came through. `NO_HANDLE` (the kernel opened the file
     /// without telling DualFS, `kernel_opens_unseen`) stands for a descriptor with the open
     /// flags `flags` the request carries; elsewhere it is EBADF like any unknown handle.
@@ -55,7 +51,13 @@ impl Fs {
                 opened_append,
             });
         }
-        self.handle(fh)
+        match self.ns.handle(fh) {
+            Some(h) => Ok(h),
+            None => self
+                .ns
+                .inherited_handle(fh, ino)
+                .ok_or(FsError::Errno(libc::EBADF)),
+        }
     }
 
     /// Open an existing file; `flags` are the open(2) flags (O_TRUNC, O_APPEND honoured).
@@ -110,6 +112,10 @@ impl Fs {
 
     pub fn release(&self, ino: u64, fh: u64) -> Result<()> {
         if self.ns.remove_handle(fh).is_none() {
+            // A dead predecessor's handle: the open it closes was never counted here.
+            if self.ns.inherited_handle(fh, ino).is_some() {
+                return Ok(());
+            }
             return Err(FsError::Errno(libc::EBADF));
         }
         self.closed(ino)

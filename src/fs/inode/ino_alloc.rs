@@ -17,6 +17,9 @@ pub struct InoAllocator {
     in_transaction: u64,
     /// Freed and durable, waiting for the kernel's FORGET.
     parked: u64,
+    /// Free numbers a dead daemon's kernel may still hold (`set_aside_free`): never handed
+    /// out by this one.
+    set_aside: u64,
 }
 
 impl InoAllocator {
@@ -27,6 +30,7 @@ impl InoAllocator {
             held: Vec::new(),
             in_transaction: 0,
             parked: 0,
+            set_aside: 0,
         }
     }
 
@@ -54,6 +58,14 @@ impl InoAllocator {
             return true;
         }
         false
+    }
+
+    /// A successor of a dead daemon takes over its kernel connection: which free numbers that
+    /// kernel still holds (freed while it held them) is unknown, so none of them is handed
+    /// out again by this daemon; new numbers come from above (the next mount frees them).
+    pub fn set_aside_free(&mut self) {
+        self.set_aside += self.free.len() as u64;
+        self.free.clear();
     }
 
     /// Take a specific number (mkfs: the root).
@@ -106,7 +118,30 @@ impl InoAllocator {
     /// their way to being free; 0 is no number).
     pub fn in_use(&self) -> u64 {
         self.next_new.saturating_sub(1).saturating_sub(
-            self.free.len() as u64 + self.held.len() as u64 + self.in_transaction + self.parked,
+            self.free.len() as u64
+                + self.held.len() as u64
+                + self.in_transaction
+                + self.parked
+                + self.set_aside,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_set_aside_are_never_handed_out_and_count_as_free() {
+        let mut a = InoAllocator::new([3, 5], 10);
+        assert_eq!(a.in_use(), 7);
+        a.set_aside_free();
+        assert_eq!(a.in_use(), 7, "set aside, they still count as free");
+        assert_eq!(a.alloc(), Some(10), "new numbers come from above");
+        a.hold(10);
+        let taken = a.take_held();
+        a.transaction_durable(taken.len() as u64);
+        a.unpark(taken);
+        assert_eq!(a.alloc(), Some(10), "numbers freed afterwards are reused");
     }
 }

@@ -140,8 +140,22 @@ impl Fs {
         match self.ns.kernel_refs.forget(ino, n) {
             Forgot::FreedNumber => self.ns.unpark_ino(ino),
             Forgot::LastReference => {
-                if let Err(e) = self.free_if_forgotten(ino) {
+                // A successor may find an inode removed by its predecessor only on the device.
+                let inherited = self.ns.kernel_refs.is_inherited();
+                let entry = match self.ns.inodes.get(ino) {
+                    Some(e) => Some(e),
+                    None if inherited => self.inode(ino).ok(),
+                    None => None,
+                };
+                let Some(entry) = entry else {
+                    self.ns.kernel_refs.settle(ino);
+                    return;
+                };
+                if let Err(e) = self.free_if_forgotten(&entry) {
                     log::warn!("cannot free removed inode {ino} at its last FORGET: {e}");
+                }
+                if entry.state.read().d.nlink > 0 {
+                    self.ns.kernel_refs.settle(ino);
                 }
             }
             Forgot::StillHeld => {}
@@ -157,15 +171,12 @@ impl Fs {
 
     /// The kernel's last reference to `ino` went: free it if it was removed and kept only for
     /// the kernel. A removed inode stays cached until it is freed (`inode::evictable`).
-    fn free_if_forgotten(&self, ino: u64) -> Result<()> {
-        let Some(e) = self.ns.inodes.get(ino) else {
-            return Ok(());
-        };
-        if !self.removed_and_unused(ino, &e.state.read()) {
+    fn free_if_forgotten(&self, e: &Arc<InodeEntry>) -> Result<()> {
+        if !self.removed_and_unused(e.ino, &e.state.read()) {
             return Ok(());
         }
         let _op = e.op.lock_arc();
-        self.free_if_unused_locked(&e)
+        self.free_if_unused_locked(e)
     }
 
     /// (inode numbers the kernel holds, of which freed ones waiting for its FORGET)

@@ -48,10 +48,15 @@ struct Held {
     count: u64,
     /// The inode was freed: the number goes back to the allocator at count zero.
     freed: bool,
+    /// Inherited mode: the kernel's last FORGET came, so the kernel holds none (kept until
+    /// the inode is freed and its number released, or found still linked).
+    forgotten: bool,
 }
 
 pub(crate) struct KernelRefs {
     on: AtomicBool,
+    /// A dead daemon's kernel connection was taken over: no count means "unknown".
+    inherited: AtomicBool,
     /// References keep removed regular files alive (the kernel sends no OPEN).
     keep_files: AtomicBool,
     /// References keep removed directories alive (the kernel sends no OPENDIR).
@@ -63,6 +68,7 @@ impl Default for KernelRefs {
     fn default() -> Self {
         KernelRefs {
             on: AtomicBool::new(false),
+            inherited: AtomicBool::new(false),
             keep_files: AtomicBool::new(false),
             keep_dirs: AtomicBool::new(false),
             shards: std::array::from_fn(|_| Mutex::new("kernel_refs", HashMap::new())),
@@ -78,6 +84,21 @@ impl KernelRefs {
     /// From now on entries handed out are counted.
     pub fn enable(&self) {
         self.on.store(true, Ordering::Release);
+    }
+
+    /// This daemon took over a dead one's kernel connection: counting is on, and what the
+    /// kernel held before is unknown (see the module's comment).
+    pub fn inherit(&self) {
+        self.inherited.store(true, Ordering::Release);
+        self.enable();
+    }
+
+    pub fn is_inherited(&self) -> bool {
+        self.inherited()
+    }
+
+    fn inherited(&self) -> bool {
+        self.inherited.load(Ordering::Acquire)
     }
 
     /// From now on references keep removed regular files (`files`) and directories (`dirs`)
@@ -100,6 +121,12 @@ impl KernelRefs {
             libc::S_IFDIR => &self.keep_dirs,
             _ => return false,
         };
+        if self.inherited() {
+            return match self.shard(ino).lock().get(&ino) {
+                Some(h) => h.count > 0 || !h.forgotten,
+                None => true,
+            };
+        }
         keep.load(Ordering::Acquire)
             && self.on.load(Ordering::Acquire)
             && self
@@ -117,18 +144,35 @@ impl KernelRefs {
         let mut s = self.shard(ino).lock();
         let held = s.entry(ino).or_default();
         assert!(!held.freed, "a kernel reference to freed inode {ino}");
+        held.forgotten = false;
         held.count += 1;
     }
 
     /// The kernel gave `n` references to `ino` back.
     pub fn forget(&self, ino: u64, n: u64) -> Forgot {
+        let inherited = self.inherited();
         let mut s = self.shard(ino).lock();
         let Some(held) = s.get_mut(&ino) else {
+            if inherited {
+                // Held since before the takeover: a FORGET is the kernel's last.
+                s.insert(
+                    ino,
+                    Held {
+                        forgotten: true,
+                        ..Held::default()
+                    },
+                );
+                return Forgot::LastReference;
+            }
             return Forgot::StillHeld;
         };
         held.count = held.count.saturating_sub(n);
         if held.count > 0 {
             return Forgot::StillHeld;
+        }
+        if inherited && !held.freed {
+            held.forgotten = true;
+            return Forgot::LastReference;
         }
         match s.remove(&ino) {
             Some(h) if h.freed => Forgot::FreedNumber,
@@ -136,13 +180,38 @@ impl KernelRefs {
         }
     }
 
+    /// Inherited mode: `ino` outlived its last FORGET (it still has a name), so nothing about
+    /// it needs remembering.
+    pub fn settle(&self, ino: u64) {
+        let mut s = self.shard(ino).lock();
+        if s.get(&ino).is_some_and(|h| h.forgotten) {
+            s.remove(&ino);
+        }
+    }
+
     /// `ino` was freed: true if the kernel still holds it, in which case the number stays out
     /// of reuse until `forget` returns it.
     pub fn park_if_held(&self, ino: u64) -> bool {
+        let inherited = self.inherited();
         let mut s = self.shard(ino).lock();
         match s.get_mut(&ino) {
+            Some(held) if held.forgotten => {
+                s.remove(&ino);
+                false
+            }
             Some(held) => {
                 held.freed = true;
+                true
+            }
+            None if inherited => {
+                // Unknown: the kernel may hold it since before the takeover.
+                s.insert(
+                    ino,
+                    Held {
+                        freed: true,
+                        ..Held::default()
+                    },
+                );
                 true
             }
             None => false,
@@ -207,6 +276,30 @@ mod tests {
             "more forgotten than taken still ends at zero"
         );
         assert!(!r.park_if_held(9));
+    }
+
+    #[test]
+    fn a_successor_takes_what_it_has_no_count_of_as_held() {
+        let r = KernelRefs::default();
+        r.inherit();
+        // Held since before the takeover, as far as anyone knows: kept, and parked if freed.
+        assert!(r.keeps(5, libc::S_IFREG | 0o644));
+        assert!(r.keeps(6, libc::S_IFDIR | 0o755));
+        assert!(
+            r.park_if_held(7),
+            "a freed number with no count waits for a FORGET"
+        );
+        assert_eq!(r.forget(7, 1), Forgot::FreedNumber);
+        // The kernel's FORGET of a number with no count is its last.
+        assert_eq!(r.forget(5, 2), Forgot::LastReference);
+        assert!(!r.keeps(5, libc::S_IFREG), "forgotten: no longer held");
+        assert!(!r.park_if_held(5), "forgotten and freed: reusable at once");
+        assert_eq!(r.counts(), (0, 0));
+        // Counted references work as ever; forgotten but still linked: nothing remembered.
+        r.take(8);
+        assert_eq!(r.forget(8, 1), Forgot::LastReference);
+        r.settle(8);
+        assert_eq!(r.counts(), (0, 0));
     }
 
     #[test]

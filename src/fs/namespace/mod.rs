@@ -23,6 +23,14 @@ use foldhash::HashMap;
 use kernel_refs::KernelRefs;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Handle number bits: writes go to the end of the file; it was opened with O_APPEND.
+const HANDLE_APPEND: u64 = 1;
+const HANDLE_OPENED_APPEND: u64 = 2;
+/// A handle's sequence number (its number without the two bits above) holds the daemon's
+/// incarnation from this bit on, the handle number from this plus two.
+const HANDLE_SEQ_INCARNATION_SHIFT: u32 = 40;
+const HANDLE_INCARNATION_SHIFT: u32 = HANDLE_SEQ_INCARNATION_SHIFT + 2;
+
 pub(crate) struct Namespace {
     /// The directory tree (one Bε-tree for all directories; its state lock is `Rank::TREE`).
     pub(super) tree: BeTree,
@@ -74,6 +82,11 @@ impl Namespace {
         self.ino_alloc.lock().claim_exact(ino)
     }
 
+    /// Hand out none of the numbers free now (a successor's mount: `InoAllocator::set_aside_free`).
+    pub(crate) fn set_aside_free_inos(&self) {
+        self.ino_alloc.lock().set_aside_free();
+    }
+
     /// `ino` is in use (mkfs, repair).
     pub(crate) fn claim_ino(&self, ino: u64) {
         self.ino_alloc.lock().claim(ino);
@@ -117,21 +130,50 @@ impl Namespace {
 
     // ---- Open handles.
 
+    // A handle's number says what it needs (`HANDLE_APPEND`, `HANDLE_OPENED_APPEND`) and which
+    // daemon made it (the bits from `HANDLE_INCARNATION_SHIFT` on), so that the successor of a
+    // dead daemon serves the handles the kernel got from it (`inherited_handle`).
+
     pub(crate) fn handle(&self, fh: u64) -> Option<Handle> {
         self.handles.lock().get(&fh).copied()
     }
 
-    pub(crate) fn new_handle(&self, ino: u64, flags: i32) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::AcqRel);
-        let opened_append = flags & libc::O_APPEND != 0;
-        self.handles.lock().insert(
-            fh,
-            Handle {
-                ino,
-                append: opened_append && !self.writeback_cache.load(Ordering::Acquire),
-                opened_append,
-            },
+    /// This daemon is the `incarnation`th to serve the kernel connection (0: the first):
+    /// its handles never collide with its predecessors'.
+    pub(crate) fn set_incarnation(&self, incarnation: u32) {
+        self.next_fh.store(
+            (u64::from(incarnation) << HANDLE_SEQ_INCARNATION_SHIFT) + 1,
+            Ordering::Release,
         );
+    }
+
+    /// A handle a dead predecessor gave the kernel for `ino`, rebuilt from its number.
+    pub(crate) fn inherited_handle(&self, fh: u64, ino: u64) -> Option<Handle> {
+        let mine = self.next_fh.load(Ordering::Acquire) >> HANDLE_SEQ_INCARNATION_SHIFT;
+        let made_by = fh >> HANDLE_INCARNATION_SHIFT;
+        (self.kernel_refs.is_inherited() && fh != 0 && made_by < mine).then_some(Handle {
+            ino,
+            append: fh & HANDLE_APPEND != 0,
+            opened_append: fh & HANDLE_OPENED_APPEND != 0,
+        })
+    }
+
+    pub(crate) fn new_handle(&self, ino: u64, flags: i32) -> u64 {
+        let seq = self.next_fh.fetch_add(1, Ordering::AcqRel);
+        let opened_append = flags & libc::O_APPEND != 0;
+        let handle = Handle {
+            ino,
+            append: opened_append && !self.writeback_cache.load(Ordering::Acquire),
+            opened_append,
+        };
+        let fh = seq << 2
+            | if handle.append { HANDLE_APPEND } else { 0 }
+            | if opened_append {
+                HANDLE_OPENED_APPEND
+            } else {
+                0
+            };
+        self.handles.lock().insert(fh, handle);
         fh
     }
 
