@@ -176,6 +176,23 @@ fn run(name: &str, cli: &Cli, mode: Mode) -> u8 {
         eprintln!("{name}: warning: {warning}");
     }
     let shown = cli.meta.display().to_string();
+    // What a dead daemon acknowledged and only its intent log holds (docs/DESIGN.md,
+    // "Surviving the daemon"): the devices are consistent without it, but a repair would
+    // change what the next mount replays it onto.
+    if let Some(pending) = pending_intent_log(&*pair.meta) {
+        if mode == Mode::CheckOnly {
+            eprintln!(
+                "{name}: warning: {pending}; this check sees the devices without them (mount \
+                 read-write to replay them)"
+            );
+        } else {
+            eprintln!(
+                "{name}: {shown}: {pending}: nothing was repaired; mount the file system \
+                 read-write first (the mount replays them), then check it"
+            );
+            return exit::OPERATIONAL;
+        }
+    }
 
     // A clean file system needs no check unless forced.
     if !cli.force {
@@ -295,6 +312,23 @@ fn print_report(shown: &str, r: &Report, verbose: bool) {
 }
 
 const LISTED: usize = 50;
+
+/// Records of operations a dead daemon acknowledged, left in its intent log in the default
+/// directory (`intent=DIR` elsewhere is the mount's to know), said in a phrase.
+fn pending_intent_log(meta: &dyn dualfs::device::BlockDevice) -> Option<String> {
+    let sb = dualfs::fs::read_superblock(meta).ok()?;
+    let base = std::path::Path::new(dualfs::intent::DEFAULT_INTENT_DIR);
+    let dir = dualfs::intent::dir_for(base, &sb.uuid);
+    let found = dualfs::intent::find(&dir, &sb.uuid).ok()?;
+    let records = found.records().len();
+    (records > 0).then(|| {
+        format!(
+            "the intent log {} of a daemon that died holds {records} records of operations it \
+             acknowledged, some perhaps not in the log on the devices",
+            dir.display()
+        )
+    })
+}
 
 fn report_repair(name: &str, shown: &str, mode: Mode, verbose: bool, o: &RepairOutcome) -> u8 {
     let preen = mode == Mode::Preen;

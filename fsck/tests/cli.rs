@@ -298,3 +298,40 @@ fn installed_as_fsck_dot_dualfs_and_run_by_fsck() {
         expect(CLEAN, fsck8(&["-t", "dualfs", "-a"]));
     }
 }
+
+/// A daemon died with operations only its intent log holds: a check says so (the devices are
+/// consistent without them), a repair refuses until a mount has replayed them.
+#[test]
+fn a_pending_intent_log_is_named_and_blocks_repairs() {
+    use dualfs::fs::{Fs, MountOptions};
+    let img = Images::new(small_tree);
+    let intent = std::path::Path::new(dualfs::intent::DEFAULT_INTENT_DIR);
+    let opts = MountOptions {
+        intent_dir: Some(intent.to_path_buf()),
+        ..MountOptions::default()
+    };
+    let open = |p: &std::path::Path| -> std::sync::Arc<dyn dualfs::device::BlockDevice> {
+        std::sync::Arc::new(FileDevice::open(p, OpenMode::default()).unwrap())
+    };
+    let fs = Fs::mount(open(&img.meta), open(&img.data), opts.clone()).unwrap();
+    let root = dualfs::format::ROOT_INO;
+    fs.mkdir(
+        &dualfs::fs::Caller::ROOT,
+        root,
+        b"only-in-the-intent-log",
+        0o755,
+    )
+    .unwrap();
+    fs.shutdown(); // the daemon dies: its intent log stays
+    drop(fs);
+    let out = expect(CLEAN, fsck(&[&"-n", &"-f", &img.meta]));
+    assert!(out.contains("intent log") && out.contains("mount"), "{out}");
+    let out = expect(OPERATIONAL, fsck(&[&"-p", &img.meta]));
+    assert!(out.contains("nothing was repaired"), "{out}");
+    // A mount replays it and removes it; then fsck has nothing to say about it.
+    let fs = Fs::mount(open(&img.meta), open(&img.data), opts).unwrap();
+    assert!(fs.lookup(root, b"only-in-the-intent-log").is_ok());
+    fs.unmount().unwrap();
+    let out = expect(CLEAN, fsck(&[&"-p", &img.meta]));
+    assert!(!out.contains("intent log"), "{out}");
+}

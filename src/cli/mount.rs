@@ -615,6 +615,12 @@ fn mount(plan: &MountPlan, role: Option<Role>) -> Result<(Mounted, Option<Report
                 plan.mountpoint.display(),
                 inheritance.incarnation
             );
+            if plan.settings.core_options().intent_dir.is_none() && !plan.settings.read_only {
+                warn!(
+                    "intent=off: what the dead worker acknowledged since its last flush is \
+                     lost, though the kernel may still show it"
+                );
+            }
             // The test of the restart limit: a successor that cannot serve.
             if std::env::var_os("DUALFS_TEST_SUCCESSOR_PANICS").is_some() {
                 panic!("DUALFS_TEST_SUCCESSOR_PANICS is set: this successor dies");

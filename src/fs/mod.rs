@@ -12,12 +12,10 @@ mod commit;
 mod data;
 pub mod inode;
 mod intent;
-pub mod intent_records;
 mod mount;
 mod namespace;
 mod read_only;
 mod repair_ops;
-mod replay;
 pub mod types;
 
 pub use attrs::acl;
@@ -26,8 +24,8 @@ pub(crate) use attrs::xattr::{namespace as xattr_namespace, Namespace as XattrNa
 pub use attrs::xattr::{XATTR_NAMES_TOTAL_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX};
 pub use data::copy::COPY_MAX;
 pub use data::seek::Whence;
+pub use intent::replay::IntentReplay;
 pub use mount::{check_pair, read_superblock};
-pub use replay::IntentReplay;
 pub use types::*;
 
 use crate::betree::NodeLoader;
@@ -363,8 +361,6 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
     v.into_iter().map(|e| e.op.lock_arc()).collect()
 }
 
-#[cfg(test)]
-mod intent_tests;
 #[cfg(test)]
 mod lock_tests;
 #[cfg(test)]

@@ -237,7 +237,7 @@ impl Fs {
         let mut fs = Fs::assemble(sb, meta, data, opts, tables, tree, head, recovery);
         fs.intent = intent;
         let fs = Arc::new(fs);
-        let successor = fs.opts.successor_of_dead.filter(|_| !fs.opts.read_only);
+        let successor = fs.opts.successor_of_dead;
         if let Some(incarnation) = successor {
             // Before the replay: a removed file the kernel may still hold stays.
             fs.ns.kernel_refs.inherit();

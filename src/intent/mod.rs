@@ -10,7 +10,7 @@
 //! marker the recovered log reaches and replays every record at or above its number.
 //!
 //! This module is the storage: chunks, framing, markers, what may be deleted. What records
-//! mean is the core's (`fs::intent_records`).
+//! mean is the core's (`fs::intent::records`).
 
 pub mod chunk;
 

@@ -4,7 +4,7 @@ use super::flags::Change;
 use crate::format::NAME_MAX;
 use crate::fs::clean::Admit;
 use crate::fs::inode::to_disk_time;
-use crate::fs::intent_records::IntentOp;
+use crate::fs::intent::records::IntentOp;
 use crate::fs::types::*;
 use crate::fs::Fs;
 use crate::{FsError, Result};

@@ -91,7 +91,7 @@ impl Fs {
         self.mark_dirty(&e, &mut st);
         drop(st);
         drop(_g);
-        self.record(crate::fs::intent_records::IntentOp::SetFlags { ino, flags });
+        self.record(crate::fs::intent::records::IntentOp::SetFlags { ino, flags });
         Ok(())
     }
 }

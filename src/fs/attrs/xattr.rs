@@ -314,7 +314,7 @@ impl Fs {
         let mode = st.d.mode;
         drop(st);
         drop(_g);
-        self.record(crate::fs::intent_records::IntentOp::SetXattr {
+        self.record(crate::fs::intent::records::IntentOp::SetXattr {
             ino,
             name: name.to_vec(),
             value: value.to_vec(),
@@ -358,7 +358,7 @@ impl Fs {
         let mode = st.d.mode;
         drop(st);
         drop(_g);
-        self.record(crate::fs::intent_records::IntentOp::RemoveXattr {
+        self.record(crate::fs::intent::records::IntentOp::RemoveXattr {
             ino,
             name: name.to_vec(),
             mode,

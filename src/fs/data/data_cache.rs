@@ -676,7 +676,7 @@ impl Fs {
         drop(st);
         self.unpin(&c);
         drop(_g);
-        self.record(crate::fs::intent_records::IntentOp::WrittenBack {
+        self.record(crate::fs::intent::records::IntentOp::WrittenBack {
             ino: e.ino,
             generation,
         });

@@ -13,7 +13,7 @@ use crate::format::{INLINE_SYMLINK_MAX, NAME_MAX, SYMLINK_MAX};
 use crate::fs::attrs::flags::Change;
 use crate::fs::clean::Admit;
 use crate::fs::inode::{from_disk_time, to_disk_time, InodeEntry};
-use crate::fs::intent_records::IntentOp;
+use crate::fs::intent::records::IntentOp;
 use crate::fs::types::*;
 use crate::fs::{lock_ops, Fs};
 use crate::{FsError, Result};

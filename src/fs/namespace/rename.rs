@@ -12,7 +12,7 @@ use crate::betree::DirValue;
 use crate::format::ROOT_INO;
 use crate::fs::clean::Admit;
 use crate::fs::inode::to_disk_time;
-use crate::fs::intent_records::IntentOp;
+use crate::fs::intent::records::IntentOp;
 use crate::fs::types::*;
 use crate::fs::{lock_ops, Fs};
 use crate::{FsError, Result};

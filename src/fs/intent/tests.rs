@@ -3,9 +3,9 @@
 //! cache keeps a killed process's writes, and its intent log stays in its directory — and
 //! the next mount must show exactly what the dead one showed.
 
-use super::tests::{devices, ROOT, U};
-use super::*;
 use crate::device::BlockDevice;
+use crate::fs::tests::{devices, ROOT, U};
+use crate::fs::*;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

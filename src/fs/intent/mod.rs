@@ -1,11 +1,17 @@
 //! The core's side of the intent log (docs/DESIGN.md, "Surviving the daemon"): stamping each
 //! mutation under the gate, recording it before its reply, a marker per transaction, and
-//! the cached data that keeps the records of its writes.
+//! the cached data that keeps the records of its writes. What a record says is in `records`,
+//! how a mount carries records out again in `replay`.
 
-use super::intent_records::{IntentOp, IntentRecord};
+pub mod records;
+pub(crate) mod replay;
+#[cfg(test)]
+mod tests;
+
 use super::Fs;
 use crate::intent::chunk::Cover;
 use crate::lockcheck::SharedGate;
+use records::{IntentOp, IntentRecord};
 use std::collections::BTreeMap;
 
 /// The records cached data still needs: a file's cache keeps the records of its writes
@@ -99,7 +105,7 @@ impl Fs {
         if crate::intent::replaying() {
             return;
         }
-        let head = super::intent_records::write_head(
+        let head = records::write_head(
             super::types::Timespec::last_now(),
             ino,
             generation,

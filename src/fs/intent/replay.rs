@@ -4,9 +4,9 @@
 //! left. Writes of cached data the log holds no trace of (the file's cache was never written
 //! back) are put back into the cache.
 
-use super::intent_records::{IntentOp, IntentRecord};
-use super::types::{Caller, Timespec};
-use super::{Fs, NO_HANDLE};
+use super::records::{IntentOp, IntentRecord};
+use crate::fs::types::{Caller, Timespec};
+use crate::fs::{Fs, NO_HANDLE};
 use crate::intent::Found;
 use std::collections::HashMap;
 
@@ -152,7 +152,7 @@ impl Fs {
                 rdev,
                 target,
             } => {
-                super::intent::force_inode(*ino, *generation);
+                super::force_inode(*ino, *generation);
                 let made = match (*mode & libc::S_IFMT, target) {
                     (libc::S_IFDIR, _) => {
                         self.mkdir(&root, *parent, name, *mode & 0o7777).map(|_| ())
@@ -160,7 +160,7 @@ impl Fs {
                     (libc::S_IFLNK, Some(t)) => self.symlink(&root, *parent, name, t).map(|_| ()),
                     _ => self.mknod(&root, *parent, name, *mode, *rdev).map(|_| ()),
                 };
-                super::intent::take_forced_inode();
+                super::take_forced_inode();
                 made?;
                 owner(*ino, *mode, Some((*uid, *gid)))
             }
@@ -190,7 +190,7 @@ impl Fs {
                     return Ok(());
                 }
                 self.setattr(&root, *ino, set)?;
-                let t = super::inode::to_disk_time;
+                let t = crate::fs::inode::to_disk_time;
                 self.repair_inode(*ino, |d| {
                     d.mode = *mode;
                     d.uid = *uid;

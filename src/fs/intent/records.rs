@@ -2,7 +2,7 @@
 //! operation, with what it decided that a replay could not decide again the same way (the
 //! inode number and generation it made, the mode and owner it left, its time).
 
-use super::types::{RenameFlags, SetAttr, SetTime, Timespec, XattrFlags};
+use crate::fs::types::{RenameFlags, SetAttr, SetTime, Timespec, XattrFlags};
 use crate::{FsError, Result};
 
 /// One operation as the intent log holds it.
