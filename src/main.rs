@@ -36,7 +36,7 @@ enum Command {
     /// SIGTERM, SIGINT, SIGHUP or an unmount, and writes its final checkpoint before it
     /// exits; use `dualfs umount` to wait for that. Exit status: 0 mounted, 1 the mount
     /// failed (nothing was written to the devices), 2 bad command line.
-    Mount(cli::mount::MountArgs),
+    Mount(cli::mount_args::MountArgs),
     /// Unmount, and wait until the daemon wrote its final checkpoint and exited
     ///
     /// Exit status: 0 cleanly unmounted, 1 failed (busy, not a mount point, or the daemon

@@ -3,7 +3,7 @@
 //! get answers. It lives with the program, not in the library: it only calls the core's
 //! plain API (`Fs::cleaner_status`, `clean_pass`, `attach_daemon`, ...).
 
-use super::remount::Remounter;
+use super::remount::{RemountRefused, Remounter};
 use dualfs::control_protocol::{
     encode_line, PassReport, Request, Response, MAX_LINE, PROTOCOL_VERSION,
 };
@@ -19,13 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-
-/// Why a remount was refused: an errno and a line for the person who asked.
-#[derive(Debug)]
-pub struct RemountRefused {
-    pub errno: i32,
-    pub message: String,
-}
 
 /// The listening socket and its connections; `stop` (or drop) ends them all.
 pub struct ControlServer {

@@ -6,7 +6,7 @@
 //! - type `fuse.dualfs`: mount(8) runs `/sbin/mount.fuse` (mount.fuse3), which runs
 //!   `dualfs META MOUNTPOINT -o OPTIONS`, without the `mount` word.
 
-use super::mount::MountArgs;
+use super::mount_args::MountArgs;
 use super::options::Strictness;
 use clap::Parser;
 use std::ffi::{OsStr, OsString};

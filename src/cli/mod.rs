@@ -10,6 +10,7 @@ pub mod info;
 pub mod kernel_mount;
 pub mod logging;
 pub mod mount;
+pub mod mount_args;
 pub mod options;
 pub mod remount;
 pub mod shutdown;

@@ -11,7 +11,8 @@ use super::device::{is_in_use, open_device, still_held};
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::kernel_mount::{KernelMount, MountRequest};
 use super::logging::{self, LogTo};
-use super::options::{parse_option_lists_as, MountSettings, Strictness};
+use super::mount_args::MountArgs;
+use super::options::{parse_option_lists_as, MountSettings};
 use super::remount::{asks_remount, Remounter};
 use super::shutdown::{block_shutdown_signals, spawn_signal_watcher, Unmounter};
 use super::supervisor::{self, Inheritance, Reporter, Role};
@@ -30,43 +31,6 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
-
-#[derive(clap::Args, Debug)]
-#[command(
-    override_usage = "dualfs mount [OPTIONS] <META> [DATA] <MOUNTPOINT>",
-    after_help = super::options::options_help()
-)]
-pub struct MountArgs {
-    /// The metadata device (image file or block device)
-    #[arg(value_name = "META")]
-    pub meta: PathBuf,
-    /// The directory to mount on. Given three paths, META DATA MOUNTPOINT: DATA is the data
-    /// device (default: the path recorded in META by mkfs)
-    #[arg(value_name = "MOUNTPOINT")]
-    pub data_or_mountpoint: PathBuf,
-    /// The directory to mount on, when DATA is given before it
-    #[arg(value_name = "MOUNTPOINT", hide = true)]
-    pub mountpoint: Option<PathBuf>,
-    /// Mount options, comma separated (see below)
-    #[arg(short = 'o', value_name = "OPT[,OPT...]")]
-    pub options: Vec<String>,
-    /// Stay in the foreground and log to stderr
-    #[arg(short = 'f', long)]
-    pub foreground: bool,
-    /// Threads serving FUSE requests [default: number of CPUs, at least 2]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub threads: Option<u16>,
-    /// Append the daemon's log to FILE (otherwise it is discarded; with --foreground it
-    /// goes to stderr)
-    #[arg(long, value_name = "FILE")]
-    pub log_file: Option<PathBuf>,
-    /// Unknown `-o` options: refused, or ignored (mount(8)'s `-s`).
-    #[arg(skip)]
-    pub strictness: Strictness,
-    /// Check everything, mount nothing (mount(8)'s `-f`).
-    #[arg(skip)]
-    pub fake: bool,
-}
 
 /// What to mount where, every path checked and absolute (the daemon changes to "/").
 struct MountPlan {

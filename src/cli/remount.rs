@@ -14,10 +14,9 @@
 //! A file system mounted read-only stays so: its devices are open read-only and the kernel
 //! opens its files without telling DualFS (`noopen`), and its daemon has no control socket.
 
-use super::control_server::RemountRefused;
 use super::error::{describe_fs_error, describe_io, print_error, CliError};
 use super::kernel_mount::KernelMount;
-use super::mount::MountArgs;
+use super::mount_args::MountArgs;
 use super::options::{apply_option, MountSettings};
 use dualfs::control_protocol::{socket_path, Client};
 use dualfs::daemon::{read_pid_file, Daemon};
@@ -29,6 +28,14 @@ use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+
+/// Why a remount was refused: an errno and a line for the person who asked (the control
+/// socket's answer).
+#[derive(Debug)]
+pub struct RemountRefused {
+    pub errno: i32,
+    pub message: String,
+}
 
 /// Options the kernel shows in the mount table for every FUSE mount (mount(8) repeats them in
 /// a remount's list): nothing to change.

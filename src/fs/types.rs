@@ -118,13 +118,6 @@ impl Caller {
         umask: 0,
         holds_fsetid: None,
     };
-
-    /// Does the caller hold CAP_FSETID? As the request said, else from /proc.
-    pub(crate) fn fsetid(&self) -> bool {
-        self.holds_fsetid.unwrap_or_else(|| {
-            super::attrs::privileges::capable(self, super::attrs::privileges::CAP_FSETID)
-        })
-    }
 }
 
 /// `setxattr` flags (XATTR_CREATE, XATTR_REPLACE).

@@ -187,3 +187,11 @@ mod tests {
         assert_eq!(taken_by_chown(&OUTSIDER, d | 0o6775, 1001), 0);
     }
 }
+
+impl Caller {
+    /// Does the caller hold CAP_FSETID? As the request said, else from /proc.
+    pub(crate) fn fsetid(&self) -> bool {
+        self.holds_fsetid
+            .unwrap_or_else(|| capable(self, CAP_FSETID))
+    }
+}
