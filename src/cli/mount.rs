@@ -344,29 +344,28 @@ fn ending(kernel: &KernelSide, result: std::io::Result<()>) -> Ending {
 /// Serve the mount: under a supervisor that restarts a dead worker (cli/supervisor.rs), or
 /// in this process alone where a successor could not take over (see `supervised`).
 fn start(plan: MountPlan, startup: Startup) -> ExitCode {
-    if !supervised(&plan) {
-        return serve(&plan, Some(startup), None);
+    if let Err(why) = supervision(&plan) {
+        return serve(&plan, Some(startup), Err(why));
     }
     let mountpoint = plan.mountpoint.clone();
     supervisor::supervise(startup, &mountpoint, |role, startup| {
-        serve(&plan, startup, Some(role))
+        serve(&plan, startup, Ok(role))
     })
 }
 
-/// Can a successor take over this mount's connection when its daemon dies? Only over
+/// Can a successor take over this mount's connection when its daemon dies (Err: why not,
+/// for the log once the mount is up)? Only over
 /// /dev/fuse: requests a dead daemon held in its io_uring entries stay there, and the kernel
 /// can neither resend them nor move the connection back to /dev/fuse (docs/DESIGN.md,
 /// "Surviving the daemon"). So a mount that will serve over io_uring (`transport=uring`, or
 /// no `transport=` where the kernel offers it) runs unsupervised, as does one through
 /// fusermount3 (not root), whose descriptor only the daemon holds.
-fn supervised(plan: &MountPlan) -> bool {
+fn supervision(plan: &MountPlan) -> Result<(), &'static str> {
     if plan.settings.supervise == Some(false) {
-        info!("supervise=off: the daemon's death ends the mount");
-        return false;
+        return Err("supervise=off: the daemon's death ends the mount");
     }
     if !nix::unistd::geteuid().is_root() {
-        info!("not root: the mount is not supervised (its daemon's death ends it)");
-        return false;
+        return Err("not root: the mount is not supervised (its daemon's death ends it)");
     }
     let uring = match plan.settings.transport {
         Some(Transport::Dev) => false,
@@ -377,19 +376,21 @@ fn supervised(plan: &MountPlan) -> bool {
         }
     };
     if uring {
-        info!(
+        return Err(
             "serving over io_uring: the mount is not supervised (a dead daemon's io_uring \
-             requests cannot be taken over; -o transport=dev mounts one that survives it)"
+             requests cannot be taken over; -o transport=dev mounts one that survives it)",
         );
     }
-    !uring
+    Ok(())
 }
 
 /// Mount, serve until unmounted, write the final checkpoint. Runs in the daemon (or the
-/// foreground process), or in a supervisor's worker (`role`); `startup` hears whether the
-/// mount came up (a successor has none: the mount is up).
-fn serve(plan: &MountPlan, startup: Option<Startup>, role: Option<Role>) -> ExitCode {
-    let (mounted, report) = match mount(plan, role) {
+/// foreground process: `role` is why it is not supervised), or in a supervisor's worker
+/// (`role`); `startup` hears whether the mount came up (a successor has none: the mount is
+/// up).
+fn serve(plan: &MountPlan, startup: Option<Startup>, role: Result<Role, &str>) -> ExitCode {
+    let unsupervised = role.as_ref().err().copied();
+    let (mounted, report) = match mount(plan, role.ok()) {
         Ok(mounted) => mounted,
         Err(message) => {
             match startup {
@@ -405,6 +406,9 @@ fn serve(plan: &MountPlan, startup: Option<Startup>, role: Option<Role>) -> Exit
         plan.data.display(),
         plan.mountpoint.display()
     );
+    if let Some(why) = unsupervised {
+        info!("{why}");
+    }
     if let Some(startup) = startup {
         startup.ready();
     }
