@@ -64,6 +64,9 @@ fill() {
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# Is process $1 alive (a zombie is not: where PID 1 does not reap, a dead daemon stays one)?
+alive() { [ -e "/proc/$1" ] && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null; }
+
 printf '%-8s %22s %26s %8s\n' files "takeover (supervised)" "remount (supervise=off)" ratio
 for n in ${files_list//,/ }; do
     sup=() rem=()
@@ -83,7 +86,7 @@ for n in ${files_list//,/ }; do
         pid=$(serving_pid)
         t0=$(now_ms)
         kill -9 "$pid"
-        while kill -0 "$pid" 2>/dev/null; do sleep 0.001; done
+        while alive "$pid"; do sleep 0.001; done
         umount -l "$mnt"
         "$bin/dualfs" mount "$work/meta.img" "$work/data.img" "$mnt" -o transport=dev,supervise=off \
             --log-file "$work/log"

@@ -10,7 +10,9 @@ use crate::fs::{
     Timespec, Whence, XattrFlags, NO_HANDLE,
 };
 use crate::session::abi::{self, fattr, fopen, init_flags, AttrOut, EntryOut, OpenOut};
-use crate::session::{Dispatch, InitConfig, Negotiated, Notifier, Operation, Reply, Request};
+use crate::session::{
+    Answer, Dispatch, InitConfig, Negotiated, Notifier, Operation, Reply, Request,
+};
 use crate::FsError;
 use log::{debug, info, warn};
 use std::sync::{Arc, OnceLock};
@@ -544,13 +546,30 @@ impl Dispatch for DualFuse {
         let id = req.unique() & !abi::UNIQUE_RESEND;
         let _request = RequestScope::enter(id);
         if req.unique() & abi::UNIQUE_RESEND != 0 {
-            debug!("request {id} ({}) resent", req.op.summary());
-            if self.answer_resent(req, id, reply) {
-                return;
-            }
+            return self.serve_resent(req, id, reply);
         }
         self.serve(req, reply);
         die_if_asked(req);
+    }
+}
+
+/// Does `errno` from a change done again say that it was done already? The kernel holds
+/// the directory (for a rename, both) or the inode locked for the whole request, across the
+/// resend, so nothing else made the name, removed it or set the attribute meanwhile: a create
+/// that finds the name, or a removal that does not, meets what the dead worker did.
+fn done_already(op: &Operation<'_>, errno: i32) -> bool {
+    match op {
+        Operation::Mknod { .. }
+        | Operation::Mkdir { .. }
+        | Operation::Symlink { .. }
+        | Operation::Create { .. }
+        | Operation::Link { .. }
+        | Operation::Setxattr { .. } => errno == libc::EEXIST,
+        Operation::Unlink { .. } | Operation::Rmdir { .. } | Operation::Rename { .. } => {
+            errno == libc::ENOENT
+        }
+        Operation::Removexattr { .. } => errno == libc::ENODATA,
+        _ => false,
     }
 }
 
@@ -602,18 +621,35 @@ impl Drop for RequestScope {
 
 impl DualFuse {
     /// A request the kernel resent after the daemon before this one died (it may have been
-    /// carried out with its reply lost): if the intent log shows it done, answer from what it
-    /// did instead of doing it twice, and say so. Operations whose repetition changes nothing
-    /// (writes, setattr, opens, copies) are simply done again.
-    fn answer_resent(&self, req: &Request<'_>, id: u64, reply: &mut Reply<'_>) -> bool {
-        if !self.fs.answered_before(id) {
-            return false;
+    /// carried out with its reply lost). If the intent log shows it done, it is answered from
+    /// what it did instead of being done twice; else it is done, and if that fails as the
+    /// change done already fails (`done_already`: its record did not reach the intent log
+    /// before the death, while a transaction held the change), it is answered as done too.
+    /// Operations whose repetition changes nothing (writes, setattr, opens, copies,
+    /// fallocate's modes) are simply done again.
+    fn serve_resent(&self, req: &Request<'_>, id: u64, reply: &mut Reply<'_>) {
+        let what = req.op.summary();
+        if self.fs.answered_before(id) && self.answer_done(req, reply) {
+            return info!(
+                "request {id} ({what}) resent: the dead worker did it, answered from the \
+                 intent log"
+            );
         }
+        self.serve(req, reply);
+        if let Answer::Error(errno) = reply.answer() {
+            if done_already(&req.op, errno) && self.answer_done(req, reply) {
+                info!(
+                    "request {id} ({what}) resent: done again it fails with errno {errno}, \
+                     so the dead worker did it; answered as done"
+                );
+            }
+        }
+    }
+
+    /// Answer `req` as done: a made entry from a lookup of its name (a create also opens
+    /// it), a removal or an attribute change with success. False for other requests.
+    fn answer_done(&self, req: &Request<'_>, reply: &mut Reply<'_>) -> bool {
         let ino = req.nodeid();
-        info!(
-            "request {id} ({}) resent: the dead worker did it, answered from the intent log",
-            req.op.summary()
-        );
         match req.op {
             Operation::Mknod { name, .. }
             | Operation::Mkdir { name, .. }
@@ -657,8 +693,7 @@ impl DualFuse {
             | Operation::Rmdir { .. }
             | Operation::Rename { .. }
             | Operation::Setxattr { .. }
-            | Operation::Removexattr { .. }
-            | Operation::Fallocate(_) => reply.ok(),
+            | Operation::Removexattr { .. } => reply.ok(),
             _ => return false,
         }
         true

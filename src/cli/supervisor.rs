@@ -351,16 +351,21 @@ fn give_up(
         }
     };
     let negotiated = *negotiated;
-    let failer = std::thread::spawn(move || {
-        if let Err(e) = dualfs::session::fail_all(&failing, &negotiated) {
-            error!("supervisor: failing requests: {e}");
-        }
-        // Wake the main thread's sigwait: the connection is gone.
-        let _ = kill(Pid::this(), Signal::SIGCHLD);
-    });
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let failer = {
+        let ended = ended.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = dualfs::session::fail_all(&failing, &negotiated) {
+                error!("supervisor: failing requests: {e}");
+            }
+            // Said before the wake-up: the main thread's sigwait sees it once woken.
+            ended.store(true, std::sync::atomic::Ordering::Release);
+            let _ = kill(Pid::this(), Signal::SIGCHLD);
+        })
+    };
     let mountpoint = mountpoint.to_path_buf();
     let mut unmounting = false;
-    while !failer.is_finished() {
+    while !ended.load(std::sync::atomic::Ordering::Acquire) {
         if let Ok(sig) = signals.wait() {
             if sig != Signal::SIGCHLD && !unmounting {
                 unmounting = true;

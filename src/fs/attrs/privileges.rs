@@ -143,6 +143,14 @@ impl Fs {
     }
 }
 
+impl Caller {
+    /// Does the caller hold CAP_FSETID? As the request said, else from /proc.
+    pub(crate) fn fsetid(&self) -> bool {
+        self.holds_fsetid
+            .unwrap_or_else(|| capable(self, CAP_FSETID))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,13 +193,5 @@ mod tests {
         let d = libc::S_IFDIR;
         assert_eq!(taken_by_chown(&Caller::ROOT, d | 0o2775, 1001), 0);
         assert_eq!(taken_by_chown(&OUTSIDER, d | 0o6775, 1001), 0);
-    }
-}
-
-impl Caller {
-    /// Does the caller hold CAP_FSETID? As the request said, else from /proc.
-    pub(crate) fn fsetid(&self) -> bool {
-        self.holds_fsetid
-            .unwrap_or_else(|| capable(self, CAP_FSETID))
     }
 }
