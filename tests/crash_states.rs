@@ -350,6 +350,24 @@ fn crash_states_that_found_bugs() {
             panic!("{bug}: {id} at {state}:\n{why}");
         }
     }
+    // Daemon deaths: (workload, the op the daemon died after, the bug).
+    let deaths: &[(&str, usize, &str)] = &[
+        // The log nearly full at the death: the replay of cached writes was refused the
+        // cleaner's reserve and lost three acknowledged writes to ENOSPC.
+        (
+            "random/14979686767498039267",
+            99,
+            "a replay refused log room lost acknowledged cached writes",
+        ),
+    ];
+    for &(id, op, bug) in deaths {
+        let w = workloads::by_id(id, RANDOM_OPS);
+        let base = make_base(&w.setup);
+        let rec = record_in(&base, &w, delayed_allocation(id));
+        if let Some(Verdict::Violation(why)) = crash::run::judge_death(&rec, op, false) {
+            panic!("{bug}: {id}, killed after op {op}:\n{why}");
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

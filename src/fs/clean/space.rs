@@ -154,10 +154,14 @@ impl Fs {
     /// Is there room for `op` now?
     pub(super) fn fits(&self, sp: &Space, op: Admit) -> bool {
         // A replayed operation was admitted once already, with room the recovery may since
-        // have spent (a fresh log segment): it may use the reserve, as deletes do, rather than
-        // lose what was acknowledged.
-        let reserved = op == Admit::Delete || crate::intent::replaying();
-        let floor = if reserved {
+        // have spent (a fresh log segment): it may use every clean segment, the cleaner's
+        // reserve too, rather than lose what was acknowledged (a full log can be cleaned or
+        // freed later; a lost write cannot come back).
+        let replaying = crate::intent::replaying();
+        let reserved = op == Admit::Delete || replaying;
+        let floor = if replaying {
+            0
+        } else if reserved {
             sp.cleaner_reserve
         } else {
             sp.reserve
