@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" = 0 ] || { echo "takeover.sh: needs root (mount)" >&2; exit 1; }
 cd "$repo"
-cargo build --release --quiet --bin dualfs --bin mkfs-dualfs
+cargo build --release --quiet --bin dualfs && cargo build --release --quiet -p dualfs-mkfs
 bin=${CARGO_TARGET_DIR:-$repo/target}/release
 work=$(mktemp -d "${TMPDIR:-/tmp}/dualfs-takeover.XXXXXX")
 mnt=$work/mnt
