@@ -359,6 +359,16 @@ fn crash_states_that_found_bugs() {
             99,
             "a replay refused log room lost acknowledged cached writes",
         ),
+        (
+            "full/8367586382672300108",
+            84,
+            "a replay of cached writes was refused data blocks (ENOSPC)",
+        ),
+        (
+            "full/11278725903945249551",
+            69,
+            "a replay of cached writes was refused data blocks (ENOSPC)",
+        ),
     ];
     for &(id, op, bug) in deaths {
         let w = workloads::by_id(id, RANDOM_OPS);

@@ -462,6 +462,12 @@ fn a_kill_during_recovery_and_a_kill_of_the_supervisor_lose_nothing() {
     };
     unsafe { libc::kill(recovering as i32, libc::SIGKILL) };
     wait_successor(t, before);
+    let landed = format!("worker {recovering} died of SIGKILL before it served");
+    assert!(
+        t.daemon_log_whole().contains(&landed),
+        "the kill did not land during the recovery; the log:\n{}",
+        t.daemon_log()
+    );
     compare_trees(&src, &t.join("a"), CompareOpts::default());
     std::fs::create_dir(t.join("b")).unwrap();
     copy_tree(&src, &t.join("b"));

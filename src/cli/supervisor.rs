@@ -27,7 +27,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -122,7 +122,7 @@ pub(super) fn supervise(
         .unwrap_or(0);
 
     let (mut report, worker) = match start_worker(oom_score, |reporter| {
-        let device = dup(&device).expect("a descriptor for the worker");
+        let device = device.try_clone().expect("a descriptor for the worker");
         work(
             Role::First {
                 device,
@@ -189,7 +189,10 @@ pub(super) fn supervise(
             WaitStatus::Exited(_, code) => {
                 error!("worker {worker} exited with status {code} before it served")
             }
-            WaitStatus::Signaled(_, sig, _) => error!("worker {worker} died of {sig:?}"),
+            WaitStatus::Signaled(_, sig, _) if served => error!("worker {worker} died of {sig:?}"),
+            WaitStatus::Signaled(_, sig, _) => {
+                error!("worker {worker} died of {sig:?} before it served")
+            }
             other => {
                 warn!("worker {worker}: {other:?}");
                 continue;
@@ -217,7 +220,7 @@ pub(super) fn supervise(
         incarnation += 1;
         let started = start_worker(oom_score, |reporter| {
             let inheritance = Inheritance {
-                device: dup(&device).expect("a descriptor for the worker"),
+                device: device.try_clone().expect("a descriptor for the worker"),
                 negotiated,
                 identity,
                 incarnation,
@@ -318,16 +321,6 @@ fn set_nonblocking(f: &std::fs::File) {
     }
 }
 
-fn dup(fd: &OwnedFd) -> std::io::Result<OwnedFd> {
-    // SAFETY: dup of a descriptor we own; the new one is owned by the result.
-    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `n` is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(n) })
-}
-
 /// Too many deaths: fail every request with EIO until unmounted; a shutdown signal unmounts.
 fn give_up(
     device: &OwnedFd,
@@ -343,7 +336,7 @@ fn give_up(
         DEATH_WINDOW.as_secs(),
         mountpoint.display()
     );
-    let failing = match dup(device) {
+    let failing = match device.try_clone() {
         Ok(fd) => fd,
         Err(e) => {
             error!("supervisor: {e}");

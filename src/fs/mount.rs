@@ -243,7 +243,7 @@ impl Fs {
             fs.ns.kernel_refs.inherit();
             fs.ns.set_incarnation(incarnation);
             if let Some(found) = &found {
-                *fs.answered.lock() = answered_requests(found);
+                *fs.answered.lock() = found.requests();
             }
         }
         if !fs.opts.read_only {
@@ -412,11 +412,6 @@ impl Fs {
 
 /// The mount's intent log, when `opts` ask for one, and what an earlier daemon left in it.
 /// A read-only mount replays nothing (it writes nothing): it says what it leaves.
-/// The FUSE requests whose changes the found intent log records.
-fn answered_requests(found: &crate::intent::Found) -> std::collections::HashSet<u64> {
-    found.by_request().into_keys().collect()
-}
-
 fn open_intent_log(
     sb: &Superblock,
     opts: &MountOptions,

@@ -132,14 +132,12 @@ impl Found {
 
     /// The FUSE requests that made the operation records (a request whose reply may never
     /// have reached the kernel is resent to the daemon's successor).
-    pub fn by_request(&self) -> std::collections::HashMap<u64, Vec<&RawRecord>> {
-        let mut m: std::collections::HashMap<u64, Vec<&RawRecord>> = Default::default();
-        for r in self.records() {
-            if r.request != 0 {
-                m.entry(r.request).or_default().push(r);
-            }
-        }
-        m
+    pub fn requests(&self) -> std::collections::HashSet<u64> {
+        self.records()
+            .into_iter()
+            .map(|r| r.request)
+            .filter(|&r| r != 0)
+            .collect()
     }
 
     pub fn torn(&self) -> u64 {

@@ -7,7 +7,7 @@ use super::request::{decode_dev, Layout, Operation};
 use super::{serve, Dispatch, End, Negotiated, Reply, Stats};
 use log::{debug, warn};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -113,22 +113,12 @@ fn clone_device(device: &OwnedFd) -> io::Result<OwnedFd> {
         Ok(fd) => Ok(fd),
         Err(e) => {
             debug!("FUSE_DEV_IOC_CLONE failed ({e}): threads share one descriptor");
-            dup(device)
+            device.try_clone()
         }
     }
 }
 
 /// Another descriptor of the session's own open file (its queue of requests read).
-fn dup(device: &OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: dup of a descriptor we own; the result is owned by the new OwnedFd.
-    let fd = unsafe { libc::fcntl(device.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 pub(super) fn spawn_workers<D: Dispatch>(
     fs: &Arc<D>,
     device: &Arc<OwnedFd>,
@@ -143,7 +133,7 @@ pub(super) fn spawn_workers<D: Dispatch>(
         let fd = if clone {
             clone_device(device)?
         } else {
-            dup(device)?
+            device.try_clone()?
         };
         let fs = fs.clone();
         let stats = stats.clone();

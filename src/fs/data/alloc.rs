@@ -83,6 +83,8 @@ pub(crate) struct DataAlloc {
     /// anything else. Changed only under the map lock, so that a check of free space and
     /// the change it allows are one step.
     delayed: AtomicU64,
+    /// Promises may exceed the free blocks for a while (`overcommit`).
+    overcommit: AtomicBool,
     /// Pointers per indirect block.
     ppb: u64,
 }
@@ -95,6 +97,7 @@ impl DataAlloc {
             windows: Default::default(),
             written: AtomicBool::new(false),
             delayed: AtomicU64::new(0),
+            overcommit: AtomicBool::new(false),
             ppb,
         }
     }
@@ -144,11 +147,32 @@ impl DataAlloc {
     fn promise(&self, n: u64) -> bool {
         let map = self.map.lock();
         let delayed = self.delayed.load(Ordering::Acquire);
-        if map.free_blocks() + self.windows.blocks() < delayed + n {
+        if !self.overcommit.load(Ordering::Acquire)
+            && map.free_blocks() + self.windows.blocks() < delayed + n
+        {
             return false;
         }
         self.delayed.store(delayed + n, Ordering::Release);
         true
+    }
+
+    /// Let promises exceed the free blocks (`on`), or hold them to the free blocks again,
+    /// returning by how many blocks they exceed them then. The replay of an intent log
+    /// overcommits while it puts cached writes back: it restores them on top of a log that
+    /// holds its files' later allocations already, so on the way the cache may hold more
+    /// than the device has room for; once every cached write is back it holds what the dead
+    /// daemon held, which its promises covered.
+    pub(crate) fn overcommit(&self, on: bool) -> u64 {
+        let map = self.map.lock();
+        self.overcommit.store(on, Ordering::Release);
+        self.delayed
+            .load(Ordering::Acquire)
+            .saturating_sub(map.free_blocks() + self.windows.blocks())
+    }
+
+    /// Promises may exceed the free blocks now (`overcommit`).
+    pub(crate) fn overcommitting(&self) -> bool {
+        self.overcommit.load(Ordering::Acquire)
     }
 
     /// Promise `n` blocks again that a failed write-back was given and gave back: they are
@@ -242,12 +266,16 @@ impl DataAlloc {
     ) -> Result<Vec<(u64, u64)>> {
         let in_window = st.window.map_or(0, |(next, end)| end - next);
         // Free for this allocation: what nobody reserved, less what other cached data was
-        // promised.
+        // promised (what is free while promises exceed it).
+        let overcommitting = self.overcommitting();
         let free = |map: &DataMap| {
-            let others = self
-                .delayed
-                .load(Ordering::Acquire)
-                .saturating_sub(if promised { n } else { 0 });
+            let others = if overcommitting {
+                0
+            } else {
+                self.delayed
+                    .load(Ordering::Acquire)
+                    .saturating_sub(if promised { n } else { 0 })
+            };
             map.free_blocks().saturating_sub(others)
         };
         if n > in_window && n - in_window > free(&self.map.lock()) {

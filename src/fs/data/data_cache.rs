@@ -757,7 +757,9 @@ impl Fs {
     /// op lock.
     pub(crate) fn writeback_over_budget(&self) -> Result<()> {
         let bytes = self.cache.bytes();
-        if bytes <= self.cache.budget {
+        // While a replay overcommits, the cache holds what it restores until the end, where
+        // the mount writes it all back.
+        if bytes <= self.cache.budget || self.alloc.overcommitting() {
             return Ok(());
         }
         let bs = self.sb.block_size as u64;

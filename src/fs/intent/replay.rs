@@ -61,7 +61,13 @@ impl Fs {
         }
         crate::intent::set_replaying(true);
         log.set_floor(cover.seq);
+        // Cached writes come back on top of the log's later allocations: their promises may
+        // exceed the free blocks until the last is back (`DataAlloc::overcommit`).
+        self.alloc.overcommit(true);
         for (seq, r) in &records {
+            if *seq >= cover.seq {
+                self.end_overcommit(&mut out);
+            }
             let result = if *seq < cover.seq {
                 match r.op.data_of() {
                     Some((ino, generation, false))
@@ -89,11 +95,35 @@ impl Fs {
                 }
             }
         }
+        self.end_overcommit(&mut out);
         Timespec::replay_clock(None);
         crate::intent::clear_stamp();
         log.set_next_seq(log.next_seq().max(found.max_seq() + 1));
         crate::intent::set_replaying(false);
         out
+    }
+
+    /// Every cached write is back: hold promises to the free blocks again. They fit, as the
+    /// dead daemon's did, once what replayed truncates and punches freed is logged.
+    fn end_overcommit(&self, out: &mut IntentReplay) {
+        if !self.alloc.overcommitting() {
+            return;
+        }
+        let mut over = self.alloc.overcommit(false);
+        if over > 0 && self.data_frees_pending() {
+            if let Err(e) = self.sync_log() {
+                log::error!("intent log: logging the replay's frees: {e}");
+            }
+            over = self.alloc.overcommit(false);
+        }
+        if over > 0 {
+            let why = format!("the cached writes restored need {over} blocks more than are free");
+            log::error!("intent log: {why}");
+            out.failed += 1;
+            if out.failures.len() < 5 {
+                out.failures.push(why);
+            }
+        }
     }
 
     /// The generation of live inode `ino`, if it is live.
