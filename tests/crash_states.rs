@@ -365,6 +365,11 @@ fn crash_states_that_found_bugs() {
             "a replay of cached writes was refused data blocks (ENOSPC)",
         ),
         (
+            "full/8367586382672300108",
+            99,
+            "a replayed truncate was refused data blocks while cached writes overcommitted",
+        ),
+        (
             "full/11278725903945249551",
             69,
             "a replay of cached writes was refused data blocks (ENOSPC)",

@@ -350,7 +350,8 @@ impl Fs {
 }
 
 /// An `op` lock held by an operation.
-type OpGuard = crate::lockcheck::Guard<parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>>;
+pub(crate) type OpGuard =
+    crate::lockcheck::Guard<parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>>;
 
 /// Lock the `op` mutexes of several inodes in ascending inode order (the one lock order used
 /// everywhere, so multi-inode operations cannot deadlock).

@@ -259,6 +259,7 @@ impl Fs {
                 // What the replay put back into the data cache goes to the device now, so
                 // the checkpoint below holds everything the old records describe.
                 fs.writeback_all()?;
+                fs.cache.force(false);
             }
             if successor.is_some() {
                 // Numbers free now may be held by the kernel, and orphans may be open there:

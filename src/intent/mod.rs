@@ -351,8 +351,12 @@ impl IntentLog {
         self.append(0, KIND_COVER, &[&p])
     }
 
-    /// A transaction with marker `cover` is durable. Chunks whose records are all below its
-    /// cover and below `keep_from` (the oldest record cached data still needs) go.
+    /// A transaction with marker `cover` is durable. The oldest chunks whose records are all
+    /// below its cover and below `keep_from` (the oldest record cached data still needs) go:
+    /// oldest first, never one after a chunk that stays, since a replay judges the records
+    /// it finds by the ones after them (a write by the write-back that covers it). Threads
+    /// append in a different order than they stamp, so a chunk may hold a stamp newer than
+    /// the next chunk's.
     pub fn durable(&self, cover: Cover, keep_from: u64) {
         {
             let mut d = self.durable.lock();
@@ -363,11 +367,11 @@ impl IntentLog {
         let below = cover.seq.min(keep_from);
         let gone: Vec<Sealed> = {
             let mut sealed = self.sealed.lock();
-            let (gone, keep) = std::mem::take(&mut *sealed)
-                .into_iter()
-                .partition(|s| s.max_seq < below);
-            *sealed = keep;
-            gone
+            let n = sealed
+                .iter()
+                .position(|s| s.max_seq >= below)
+                .unwrap_or(sealed.len());
+            sealed.drain(..n).collect()
         };
         for s in gone {
             if let Err(e) = std::fs::remove_file(&s.path) {

@@ -62,6 +62,8 @@ pub(crate) struct DataCache {
     /// Bytes of data the cache holds before writers write back (0: no cache, every write
     /// goes to the data device at once).
     budget: u64,
+    /// A replay caches what it restores whatever the budget (`force`).
+    forced: std::sync::atomic::AtomicBool,
     bytes: AtomicU64,
     /// Sum of the files' `charge`.
     charge: AtomicU64,
@@ -114,6 +116,7 @@ impl DataCache {
     pub(crate) fn new(budget: u64) -> DataCache {
         DataCache {
             budget,
+            forced: std::sync::atomic::AtomicBool::new(false),
             bytes: AtomicU64::new(0),
             charge: AtomicU64::new(0),
             files: NoIoMutex::new("data cache files", BTreeMap::new()),
@@ -199,7 +202,16 @@ impl DataCache {
     }
 
     pub(crate) fn enabled(&self) -> bool {
-        self.budget > 0
+        self.budget > 0 || self.forced.load(Ordering::Acquire)
+    }
+
+    /// Cache writes even without a budget (`on`), or as the budget says. The replay of an
+    /// intent log restores cached writes into the cache on a mount without one too: written
+    /// through, each would need its blocks on the way, where the log already holds what
+    /// other files were given after it (`DataAlloc::overcommit`); the mount writes it all
+    /// back before it serves, and then stops forcing.
+    pub(crate) fn force(&self, on: bool) {
+        self.forced.store(on, Ordering::Release);
     }
 
     /// Bytes cached now.

@@ -547,7 +547,7 @@ impl Fs {
         }
         if self.cache.enabled() {
             self.write_cached(e, size, off, data)?;
-            self.record_written(e, off, data);
+            self.record_written(e, off, data, true);
             return Ok(());
         }
         let (first, last) = (off / bs, (end - 1) / bs);
@@ -620,7 +620,7 @@ impl Fs {
         self.mark_dirty(e, &mut st);
         drop(st);
         drop(_g);
-        self.record_written(e, off, data);
+        self.record_written(e, off, data, false);
         Ok(())
     }
 

@@ -89,7 +89,8 @@ impl Fs {
         }
     }
 
-    /// Record a write of `data` at `offset` to `ino` (without copying `data` twice).
+    /// Record a write of `data` at `offset` to `ino` (without copying `data` twice), into
+    /// the data cache or through it.
     pub(crate) fn record_write(
         &self,
         ino: u64,
@@ -97,6 +98,7 @@ impl Fs {
         offset: u64,
         mode: u32,
         data: &[u8],
+        cached: bool,
     ) {
         let Some(log) = &self.intent else { return };
         let Some(seq) = crate::intent::take_stamp() else {
@@ -113,7 +115,12 @@ impl Fs {
             mode,
             data.len(),
         );
-        if let Err(e) = log.append(seq, 7, &[&head, data]) {
+        let kind = if cached {
+            records::KIND_WRITE
+        } else {
+            records::KIND_WRITE_THROUGH
+        };
+        if let Err(e) = log.append(seq, kind, &[&head, data]) {
             self.intent_failed(e);
         }
     }
@@ -152,8 +159,15 @@ impl Fs {
 }
 
 impl Fs {
-    /// Record a write of `data` at `off` to `e` that has just been made.
-    pub(crate) fn record_written(&self, e: &super::inode::InodeEntry, off: u64, data: &[u8]) {
+    /// Record a write of `data` at `off` to `e` that has just been made, into the data cache
+    /// (`cached`) or through it.
+    pub(crate) fn record_written(
+        &self,
+        e: &super::inode::InodeEntry,
+        off: u64,
+        data: &[u8],
+        cached: bool,
+    ) {
         if self.intent.is_none() {
             return;
         }
@@ -161,7 +175,7 @@ impl Fs {
             let st = e.state.read();
             (st.d.generation, st.d.mode)
         };
-        self.record_write(e.ino, generation, off, mode, data);
+        self.record_write(e.ino, generation, off, mode, data, cached);
     }
 
     /// Record a truncate of `e` to `size` that has just been made (open with O_TRUNC, a copy

@@ -5,6 +5,11 @@
 use crate::fs::types::{RenameFlags, SetAttr, SetTime, Timespec, XattrFlags};
 use crate::{FsError, Result};
 
+/// A write into the data cache.
+pub const KIND_WRITE: u8 = 7;
+/// A write that reached the data device before its reply (a mount without the cache).
+pub const KIND_WRITE_THROUGH: u8 = 14;
+
 /// One operation as the intent log holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IntentOp {
@@ -54,13 +59,16 @@ pub enum IntentOp {
         ctime: Timespec,
     },
     /// `data` written at `offset` (the offset the write used: an O_APPEND write's end of
-    /// file); `mode` is the file's afterwards.
+    /// file); `mode` is the file's afterwards. `cached`: it went into the data cache (kind
+    /// `WRITE`), not to the data device before its reply (`WRITE_THROUGH`, a mount without
+    /// the cache).
     Write {
         ino: u64,
         generation: u32,
         offset: u64,
         mode: u32,
         data: Vec<u8>,
+        cached: bool,
     },
     Fallocate {
         ino: u64,
@@ -110,7 +118,8 @@ impl IntentOp {
             IntentOp::Rmdir { .. } => 4,
             IntentOp::Rename { .. } => 5,
             IntentOp::SetAttr { .. } => 6,
-            IntentOp::Write { .. } => 7,
+            IntentOp::Write { cached: true, .. } => KIND_WRITE,
+            IntentOp::Write { cached: false, .. } => KIND_WRITE_THROUGH,
             IntentOp::Fallocate { .. } => 8,
             IntentOp::SetXattr { .. } => 10,
             IntentOp::RemoveXattr { .. } => 11,
@@ -324,6 +333,7 @@ impl IntentRecord {
                 offset,
                 mode,
                 data,
+                ..
             } => {
                 let mut v = write_head(self.time, *ino, *generation, *offset, *mode, data.len());
                 v.extend_from_slice(data);
@@ -448,12 +458,13 @@ impl IntentRecord {
                     ctime: d.time()?,
                 }
             }
-            7 => IntentOp::Write {
+            KIND_WRITE | KIND_WRITE_THROUGH => IntentOp::Write {
                 ino: d.u64()?,
                 generation: d.u32()?,
                 offset: d.u64()?,
                 mode: d.u32()?,
                 data: d.bytes()?,
+                cached: kind == KIND_WRITE,
             },
             8 => IntentOp::Fallocate {
                 ino: d.u64()?,
@@ -568,6 +579,15 @@ mod tests {
                 offset: 7,
                 mode: 0o100600,
                 data: vec![1, 2, 3],
+                cached: true,
+            },
+            IntentOp::Write {
+                ino: 9,
+                generation: 3,
+                offset: 4096,
+                mode: 0o100600,
+                data: vec![4, 5],
+                cached: false,
             },
             IntentOp::Fallocate {
                 ino: 9,

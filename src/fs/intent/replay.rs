@@ -49,8 +49,10 @@ impl Fs {
                 }
             }
         }
-        // The newest write-back of each file the log holds: its writes before that are in
-        // the log; the ones after it were cached when the daemon died.
+        // What the log holds of each file: its data up to its newest covered write-back, and
+        // every change below the cover while it had nothing cached. So its records below the
+        // cover are replayed from its first write into the cache after that write-back: what
+        // was cached when the daemon died, and the truncates and fallocates it went through.
         let mut written_back: HashMap<(u64, u32), u64> = HashMap::new();
         for (seq, r) in &records {
             if let IntentOp::WrittenBack { ino, generation } = r.op {
@@ -59,11 +61,27 @@ impl Fs {
                 }
             }
         }
+        let mut cached_from: HashMap<(u64, u32), u64> = HashMap::new();
+        for (seq, r) in &records {
+            if let IntentOp::Write {
+                ino,
+                generation,
+                cached: true,
+                ..
+            } = r.op
+            {
+                let file = (ino, generation);
+                if *seq < cover.seq && written_back.get(&file).is_none_or(|&w| w < *seq) {
+                    cached_from.entry(file).or_insert(*seq);
+                }
+            }
+        }
         crate::intent::set_replaying(true);
         log.set_floor(cover.seq);
         // Cached writes come back on top of the log's later allocations: their promises may
         // exceed the free blocks until the last is back (`DataAlloc::overcommit`).
         self.alloc.overcommit(true);
+        self.cache.force(true);
         for (seq, r) in &records {
             if *seq >= cover.seq {
                 self.end_overcommit(&mut out);
@@ -71,9 +89,9 @@ impl Fs {
             let result = if *seq < cover.seq {
                 match r.op.data_of() {
                     Some((ino, generation, false))
-                        if written_back
+                        if cached_from
                             .get(&(ino, generation))
-                            .is_none_or(|&w| w < *seq) =>
+                            .is_some_and(|&c| c <= *seq) =>
                     {
                         out.cached_writes += 1;
                         self.replay_cached(*seq, r, ino, generation)
@@ -235,6 +253,7 @@ impl Fs {
                 offset,
                 mode,
                 data,
+                ..
             } => {
                 if self.live_generation(*ino) != Some(*generation) {
                     return Ok(());
