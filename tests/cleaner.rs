@@ -461,7 +461,7 @@ fn inodes_used(st: &libc::statvfs) -> u64 {
 /// the log is full; and no create fails right after the deletes (a writer that finds no room
 /// cleans in its own write path rather than wait for the background cleaner; which of the two
 /// cleans first is a race, so the test asks only that cleaning made the room —
-/// `fs::clean::cleaning` shows the write path's passes deterministically).
+/// `fs::clean::tests` shows the write path's passes deterministically).
 #[test]
 fn df_tells_the_truth_on_a_full_metadata_device_and_creates_work_right_after_deletes() {
     dualfs_only!();

@@ -363,8 +363,4 @@ fn lock_ops(entries: &[&Arc<InodeEntry>]) -> Vec<OpGuard> {
 }
 
 #[cfg(test)]
-mod lock_tests;
-#[cfg(test)]
-mod node_id_tests;
-#[cfg(test)]
 mod tests;

@@ -16,11 +16,9 @@ use crate::device::BlockDevice;
 use crate::format::bmap::PtrAt;
 use crate::format::bmap::{self, BlockPath};
 use crate::format::inode::DiskInode;
-use crate::format::meta::decode_pointer_block;
 use crate::format::node::Key;
 use crate::format::summary::Record;
 use crate::format::superblock::Superblock;
-use crate::format::{BlockHeader, BlockKind};
 use crate::fs::types::{FileKind, Timespec};
 use crate::log::LogHead;
 use crate::meta::Tables;
@@ -415,14 +413,7 @@ impl Fs {
                     None => return Ok(false),
                 }
             };
-            let raw = self.read_log_block(need.addr)?;
-            let ptrs = decode_pointer_block(
-                &raw,
-                BlockHeader::new(BlockKind::Indirect, need.level, e.ino, need.index),
-            )?;
-            let mut st = e.state.write();
-            st.ptrs
-                .insert_clean((need.level, need.index), ptrs, need.addr);
+            self.load_ptr(e, need)?;
         }
     }
 }

@@ -4,7 +4,7 @@
 pub mod acl;
 pub(super) mod attr;
 pub(super) mod flags;
-#[cfg(test)]
-mod flags_tests;
 pub(super) mod privileges;
+#[cfg(test)]
+mod tests;
 pub(super) mod xattr;

@@ -245,3 +245,76 @@ pub(super) fn indirect_blocks_for(n: u64, p: u64) -> u64 {
     }
     total
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::inode::inodes_per_block;
+    use crate::format::meta::pointers_per_block;
+    use crate::fs::clean::{Live, SegmentScan};
+
+    fn geometry(segment_blocks: u64) -> Geometry {
+        Geometry {
+            block_size: 4096,
+            segment_blocks,
+            segments: 256,
+            ppb: pointers_per_block(4096) as u64,
+            ipb: inodes_per_block(4096) as u64,
+        }
+    }
+
+    #[test]
+    fn pass_bound_covers_the_worst_segment() {
+        let g = geometry(256);
+        let b = g.pass_bound(1, 40);
+        // 255 blocks, each with two wandering ancestors, plus inodes, summaries, checkpoint.
+        assert!(b >= 3 * 255 + 17 + 40, "{b}");
+        assert!(b < 4 * 256, "{b}");
+        // k segments cost k times the moves.
+        assert!(g.pass_bound(2, 40) > 2 * 3 * 255);
+    }
+
+    #[test]
+    fn cost_counts_shared_ancestors_once() {
+        let g = geometry(64);
+        let p = g.ppb;
+        let mut scan = SegmentScan::default();
+        // Two level-1 blocks of one file under the same double-indirect block, one inode.
+        let base = 12 + p;
+        scan.items.push((
+            100,
+            Live::Indirect {
+                ino: 7,
+                level: 1,
+                index: base,
+            },
+        ));
+        scan.items.push((
+            101,
+            Live::Indirect {
+                ino: 7,
+                level: 1,
+                index: base + p,
+            },
+        ));
+        scan.items.push((102, Live::Inode { ino: 7, slot: 1 }));
+        let mut acc = CostAcc::default();
+        acc.add(&scan, p);
+        assert_eq!(acc.inos.len(), 1);
+        assert_eq!(acc.ptrs.len(), 3, "two level-1 blocks and their one parent");
+        // 1 inode block and 3 pointer blocks; a DEAD record for each pointer block.
+        assert_eq!(acc.txn(&g), (4, 3));
+    }
+
+    #[test]
+    fn indirect_blocks_of_a_file_prefix() {
+        let p = 508;
+        assert_eq!(indirect_blocks_for(12, p), 0);
+        assert_eq!(indirect_blocks_for(13, p), 1);
+        assert_eq!(indirect_blocks_for(12 + p, p), 1);
+        // The double-indirect block and one level-1 block under it.
+        assert_eq!(indirect_blocks_for(12 + p + 1, p), 3);
+        assert_eq!(indirect_blocks_for(12 + p + p * p, p), 2 + p);
+        assert_eq!(indirect_blocks_for(12 + p + p * p + 1, p), 2 + p + 3);
+    }
+}

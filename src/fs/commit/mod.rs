@@ -12,5 +12,5 @@ pub(super) mod dirty;
 pub(super) mod log_commit;
 pub(super) mod records;
 #[cfg(test)]
-mod snapshot_tests;
+mod tests;
 pub(super) mod transaction;

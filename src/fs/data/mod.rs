@@ -3,14 +3,11 @@
 //! write, truncate, fallocate, seek, copy_file_range.
 
 pub(super) mod alloc;
-#[cfg(test)]
-mod alloc_tests;
 pub(super) mod copy;
 pub(super) mod data_cache;
-#[cfg(test)]
-mod data_cache_tests;
-#[cfg(test)]
-mod falloc_tests;
 pub(super) mod fallocate;
 pub(super) mod file;
 pub(super) mod seek;
+
+#[cfg(test)]
+mod tests;

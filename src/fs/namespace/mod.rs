@@ -10,9 +10,9 @@
 
 pub(super) mod dir;
 pub(super) mod kernel_refs;
-#[cfg(test)]
-mod lifetime_tests;
 pub(super) mod rename;
+#[cfg(test)]
+mod tests;
 
 use crate::betree::BeTree;
 use crate::fs::inode::blockcache::BlockCache;

@@ -2,8 +2,8 @@
 //! take, counted per thread by `crate::lockcheck` (the device layer also panics on I/O under a
 //! no-I/O lock in every test here).
 
-use super::tests::{devices, ROOT, U};
-use super::*;
+use super::{devices, ROOT, U};
+use crate::fs::*;
 use crate::lockcheck::gate_counts;
 
 /// No background writes: the test decides when the log is written.

@@ -2,7 +2,7 @@
 //! who may set what, and the write-back cache's own time stamps.
 
 use crate::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE, FLAG_NODUMP};
-use crate::fs::node_id_tests::fresh;
+use crate::fs::tests::node_ids::fresh;
 use crate::fs::*;
 
 const ROOT: u64 = crate::format::ROOT_INO;

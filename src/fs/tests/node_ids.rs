@@ -1,14 +1,14 @@
 //! Inode numbers as the kernel's node ids: lookup counting, generations, open directories.
 
-use super::*;
 use crate::device::MemDevice;
+use crate::fs::*;
 use crate::mkfs::{mkfs, MkfsParams};
 
 const ROOT: u64 = crate::format::ROOT_INO;
-use super::tests::U;
+use super::U;
 
 /// A fresh file system on memory devices (the devices too, for remounts).
-pub(super) fn fresh() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Fs>) {
+pub(in crate::fs) fn fresh() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Fs>) {
     let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(16 << 20));
     let data: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(16 << 20));
     let params = MkfsParams {
@@ -189,15 +189,15 @@ fn an_open_directory_outlives_its_name() {
 /// reused, and the file could not be freed when removed).
 #[test]
 fn an_entry_whose_dirsync_commit_fails_leaves_no_reference_or_handle() {
-    let (meta, data) = super::tests::devices(32, 32);
+    let (meta, data) = super::devices(32, 32);
     let opts = MountOptions {
         dirsync: true,
         ..MountOptions::default()
     };
     let fs = Fs::mount(meta.clone(), data.clone(), opts).unwrap();
     fs.begin_kernel_session(false);
-    let caller = super::tests::U;
-    let root = super::tests::ROOT;
+    let caller = super::U;
+    let root = super::ROOT;
     fs.log.fail_next_plan.store(true, Ordering::Release);
     let r = fs.create(&caller, root, b"f", 0o644, libc::O_RDWR);
     assert!(matches!(r, Err(FsError::Errno(libc::ENOSPC))), "{r:?}");

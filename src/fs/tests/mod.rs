@@ -4,6 +4,9 @@ use super::*;
 use crate::device::MemDevice;
 use crate::mkfs::{mkfs, MkfsParams};
 
+mod locks;
+pub(super) mod node_ids;
+
 pub(super) const ROOT: u64 = crate::format::ROOT_INO;
 
 pub(super) fn devices(meta_mb: u64, data_mb: u64) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {

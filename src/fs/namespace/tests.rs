@@ -2,7 +2,7 @@
 //! it without telling DualFS (no OPEN, no OPENDIR) — while the kernel holds references.
 
 use crate::format::inode::{FLAG_APPEND, FLAG_IMMUTABLE};
-use crate::fs::node_id_tests::fresh;
+use crate::fs::tests::node_ids::fresh;
 use crate::fs::tests::{crash_copy, U};
 use crate::fs::*;
 

@@ -1,7 +1,7 @@
 //! Core tests of data allocation (alloc.rs): reservation windows pin no space a writer
 //! needs, statfs counts them as free, and sequential writers still come out contiguous.
 
-use super::falloc_tests::unmount_and_check;
+use super::falloc::unmount_and_check;
 use crate::format::bmap::DataPtr;
 use crate::fs::tests::{devices, mount_write_through as mount, ROOT, U};
 use crate::fs::*;

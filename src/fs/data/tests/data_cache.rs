@@ -3,8 +3,8 @@
 //! see cached data; a crash never leaves a file longer than its data; a write that cannot
 //! have its blocks gets ENOSPC at once; the budget bounds what is held.
 
-use super::seek::Whence;
 use crate::device::{BlockDevice, MemDevice};
+use crate::fs::data::seek::Whence;
 use crate::fs::tests::{crash_copy, devices, ROOT, U};
 use crate::fs::*;
 use std::sync::atomic::{AtomicU64, Ordering};
