@@ -479,3 +479,48 @@ fn attributes_survive_remount() {
     assert_eq!(before, after, "attributes of f, d, l after remount");
     assert_eq!(fs::read(&f).unwrap(), b"abc");
 }
+
+/// statx's birth time (FUSE_STATX): set when the file is made, of every kind, and left alone by
+/// everything after (writes, attribute changes, times set, renames, a remount).
+#[test]
+fn birth_time_is_the_creation_and_stays() {
+    let mut fs = TestFs::new();
+    let born = |p: &std::path::Path| {
+        fs::symlink_metadata(p)
+            .and_then(|m| m.created())
+            .unwrap_or_else(|e| panic!("birth time of {}: {e}", p.display()))
+    };
+    let before = std::time::SystemTime::now();
+    let f = fs.join("f");
+    fs::write(&f, b"abc").unwrap();
+    sys::mkdir(fs.join("d"), 0o755).unwrap();
+    sys::symlink("f", fs.join("l")).unwrap();
+    let after = std::time::SystemTime::now();
+    let names = ["f", "d", "l"];
+    let first: Vec<_> = names.iter().map(|n| born(&fs.join(n))).collect();
+    for (n, t) in names.iter().zip(&first) {
+        // The clock is coarse-grained for the kernel's backends; 0.1 s of slack.
+        let slack = std::time::Duration::from_millis(100);
+        assert!(
+            *t + slack >= before && *t <= after,
+            "{n} born {t:?}, not within [{before:?}, {after:?}]"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    chmod(&f, 0o600).unwrap();
+    utimens(&f, SetTs::At(5, 6), SetTs::At(7, 8), false).unwrap();
+    sys::mkdir(fs.join("d/sub"), 0o755).unwrap();
+    fs::rename(fs.join("l"), fs.join("d/l")).unwrap();
+    fs::rename(fs.join("d/l"), fs.join("l")).unwrap();
+    let later: Vec<_> = names.iter().map(|n| born(&fs.join(n))).collect();
+    assert_eq!(first, later, "birth times of f, d, l after changes");
+    fs.remount();
+    let remounted: Vec<_> = names.iter().map(|n| born(&fs.join(n))).collect();
+    assert_eq!(first, remounted, "birth times of f, d, l after remount");
+}

@@ -93,6 +93,8 @@ pub struct Attr {
     pub ctime: Timespec,
     pub crtime: Timespec,
     pub blksize: u32,
+    /// The Linux inode flags it has (`FS_*_FL`, as FS_IOC_GETFLAGS shows them).
+    pub flags: u32,
 }
 
 /// Who is asking: the credentials of the calling process.

@@ -113,6 +113,13 @@ pub mod opcode {
     pub const LSEEK: u32 = 46;
     pub const COPY_FILE_RANGE: u32 = 47;
     pub const SYNCFS: u32 = 50;
+    pub const STATX: u32 = 52;
+}
+
+/// `statx(2)` mask bits (`STATX_*`) FUSE carries.
+pub mod statx {
+    pub const BASIC_STATS: u32 = 0x7ff;
+    pub const BTIME: u32 = 0x800;
 }
 
 /// Notification codes (`enum fuse_notify_code`), sent with `unique` 0 as the error field.
@@ -189,6 +196,25 @@ abi_struct!(GetattrIn {
     dummy: u32,
     fh: u64
 });
+abi_struct!(
+    /// `struct fuse_statx_in`.
+    StatxIn { getattr_flags: u32, reserved: u32, fh: u64, sx_flags: u32, sx_mask: u32 }
+);
+abi_struct!(
+    /// `struct fuse_sx_time`.
+    SxTime { tv_sec: i64, tv_nsec: u32, reserved: i32 }
+);
+abi_struct!(
+    /// `struct fuse_statx`.
+    Statx { mask: u32, blksize: u32, attributes: u64, nlink: u32, uid: u32, gid: u32,
+        mode: u16, spare0: u16, ino: u64, size: u64, blocks: u64, attributes_mask: u64,
+        atime: SxTime, btime: SxTime, ctime: SxTime, mtime: SxTime, rdev_major: u32,
+        rdev_minor: u32, dev_major: u32, dev_minor: u32, spare2: [u64; 14] }
+);
+abi_struct!(
+    /// `struct fuse_statx_out`.
+    StatxOut { attr_valid: u64, attr_valid_nsec: u32, flags: u32, spare: [u64; 2], stat: Statx }
+);
 abi_struct!(MknodIn {
     mode: u32,
     rdev: u32,
@@ -395,6 +421,10 @@ const _: () = {
     assert!(size_of::<GetxattrIn>() == 8);
     assert!(size_of::<GetxattrOut>() == 8);
     assert!(size_of::<AccessIn>() == 8);
+    assert!(size_of::<StatxIn>() == 24);
+    assert!(size_of::<SxTime>() == 16);
+    assert!(size_of::<Statx>() == 256);
+    assert!(size_of::<StatxOut>() == 288);
     assert!(size_of::<InitIn>() == 64);
     assert!(size_of::<InitOut>() == 64);
     assert!(size_of::<InterruptIn>() == 8);

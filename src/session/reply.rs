@@ -93,6 +93,10 @@ impl<'a> Reply<'a> {
         self.arg(attr)
     }
 
+    pub fn statx(&mut self, out: &abi::StatxOut) {
+        self.arg(out)
+    }
+
     pub fn open(&mut self, open: &abi::OpenOut) {
         self.arg(open)
     }

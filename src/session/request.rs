@@ -121,6 +121,8 @@ pub enum Operation<'a> {
     Forget(abi::ForgetIn),
     BatchForget(ForgetList<'a>),
     Getattr(abi::GetattrIn),
+    /// FUSE_STATX: the attributes with the birth time (sent for a `statx` asking for it).
+    Statx(abi::StatxIn),
     Setattr(abi::SetattrIn),
     Readlink,
     Symlink {
@@ -209,6 +211,7 @@ impl Operation<'_> {
             Operation::Forget(_) => "FORGET",
             Operation::BatchForget(_) => "BATCH_FORGET",
             Operation::Getattr(_) => "GETATTR",
+            Operation::Statx(_) => "STATX",
             Operation::Setattr(_) => "SETATTR",
             Operation::Readlink => "READLINK",
             Operation::Symlink { .. } => "SYMLINK",
@@ -344,6 +347,7 @@ pub fn decode(
             Operation::BatchForget(ForgetList { bytes })
         }
         opcode::GETATTR => Operation::Getattr(body.fixed(op)?.0),
+        opcode::STATX => Operation::Statx(body.fixed(op)?.0),
         opcode::SETATTR => Operation::Setattr(body.fixed(op)?.0),
         opcode::READLINK => Operation::Readlink,
         opcode::SYMLINK => {

@@ -70,6 +70,7 @@ impl Fs {
             ctime: from_disk_time(d.ctime),
             crtime: from_disk_time(d.crtime),
             blksize: bs,
+            flags: d.flags & crate::format::inode::CHATTR_FLAGS,
         }
     }
 
