@@ -26,6 +26,12 @@
 # metadata-device I/O waits BENCH_DELAY_MS) and ext4-slow (kernel ext4 on a loop device over a
 # delayfs file: every I/O waits). A DualFS name with -tN after it (dualfs-t4, dualfs-wb-t8) is
 # that DualFS mounted with --threads N (bench_fs_threads_list makes them from --threads LIST).
+# The FUSE transport (README, `transport=`): dualfs-ring is DualFS over FUSE over io_uring (the
+# kernel's enable_uring is switched on for the run and put back at its end), dualfs-dev over
+# read() and write() on /dev/fuse; plain dualfs takes the kernel's default. memfs-ll and
+# memfs-ll-ring are libfuse's own in-memory example (memfs_ll -o no_timeout) over /dev/fuse and
+# over io_uring: the ceiling of each transport, from a libfuse build named by BENCH_LIBFUSE
+# (never a dependency: without it they are skipped with a note).
 #
 # Environment:
 #   BENCH_TMPDIR      where the temp folder goes (default $TMPDIR or /var/tmp)
@@ -37,10 +43,16 @@
 #                     do (the write-economy benchmark reads what each device was sent)
 #   BENCH_META_SIZE   DualFS's metadata device size (default: a quarter of SIZE, at least 1G)
 #   BENCH_DELAY_MS    delayfs's delay per I/O for the *-slow file systems (default 5)
+#   BENCH_LIBFUSE     a libfuse (3.18 or later) build folder holding example/memfs_ll, for
+#                     memfs-ll and memfs-ll-ring (e.g. meson setup B -Denable-io-uring=true
+#                     -Dexamples=true && ninja -C B, from libfuse's sources)
 
 BENCH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_ALL_FS="dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
-BENCH_EXTRA_FS="dualfs-slow dualfs-nointent dualfs-nosup ext4-slow"
+BENCH_EXTRA_FS="dualfs-slow dualfs-nointent dualfs-nosup dualfs-ring dualfs-dev ext4-slow memfs-ll memfs-ll-ring"
+BENCH_DUALFS_BASES="dualfs dualfs-wb dualfs-slow dualfs-nointent dualfs-nosup dualfs-ring dualfs-dev"
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+BENCH_URING_WAS=""           # enable_uring before this run switched it on (put back at the end)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$BENCH_REPO/target}"
 DUALFS_BIN="$CARGO_TARGET_DIR/release/dualfs"
 MKFS_DUALFS_BIN="$CARGO_TARGET_DIR/release/mkfs-dualfs"
@@ -126,6 +138,11 @@ bench_unavailable() {
             [ "$1" = memfs ] && [ ! -x "$MEMFS_BIN" ] && { echo "$MEMFS_BIN was not built"; return; }
             [ "$1" != memfs ] && [ ! -x "$DELAYFS_BIN" ] && { echo "$DELAYFS_BIN was not built"; return; } ;;
         fuse2fs) command -v fuse2fs >/dev/null || { echo "fuse2fs is not installed"; return; } ;;
+        memfs-ll | memfs-ll-ring)
+            [ -x "${BENCH_LIBFUSE:-}/example/memfs_ll" ] ||
+                { echo "libfuse's memfs_ll: set BENCH_LIBFUSE to a libfuse 3.18+ build folder"; return; }
+            [ "$1" = memfs-ll-ring ] && [ ! -w "$URING_PARAM" ] && { echo "this kernel has no FUSE over io_uring"; return; } ;;
+        dualfs-ring) [ -w "$URING_PARAM" ] || { echo "this kernel has no FUSE over io_uring"; return; } ;;
         ext2 | ext3 | ext4) command -v "mkfs.$1" >/dev/null || { echo "mkfs.$1 is not installed"; return; } ;;
     esac
     return 0
@@ -160,8 +177,10 @@ bench_print_skipped() {
 # bench_fs_base FS: the file system without that suffix; bench_fs_threads FS: N (or nothing).
 bench_fs_base() {
     case "$1" in
-        dualfs-t[0-9]* | dualfs-wb-t[0-9]* | dualfs-slow-t[0-9]* | dualfs-nointent-t[0-9]* | dualfs-nosup-t[0-9]*)
-            [[ "${1##*-t}" =~ ^[1-9][0-9]*$ ]] && { echo "${1%-t*}"; return; } ;;
+        dualfs*-t[0-9]*)
+            case " $BENCH_DUALFS_BASES " in *" ${1%-t*} "*)
+                [[ "${1##*-t}" =~ ^[1-9][0-9]*$ ]] && { echo "${1%-t*}"; return; } ;;
+            esac ;;
     esac
     echo "$1"
 }
@@ -196,6 +215,8 @@ bench_fs_label() {
         dualfs-slow) echo "DualFS slow-meta" ;;
         dualfs-nointent) echo "DualFS intent=off" ;;
         dualfs-nosup) echo "DualFS supervise=off" ;;
+        dualfs-ring) echo "DualFS io_uring" ;;
+        dualfs-dev) echo "DualFS /dev/fuse" ;;
         dualfs-small) echo "DualFS small-meta" ;;
         dualfs-ro) echo "DualFS -o ro" ;;
         dualfs-ro-open) echo "DualFS -o ro+open" ;;
@@ -203,12 +224,22 @@ bench_fs_label() {
         ext4-slow) echo "ext4 slow-dev" ;;
         fuse2fs) echo "fuse2fs (ext4)" ;;
         memfs) echo "memfs (ceiling)" ;;
+        memfs-ll) echo "memfs_ll /dev/fuse" ;;
+        memfs-ll-ring) echo "memfs_ll io_uring" ;;
         *) echo "$1" ;;
     esac
 }
 
-bench_is_fuse() { case "$(bench_fs_base "$1")" in dualfs | dualfs-wb | dualfs-slow | dualfs-nointent | dualfs-nosup | fuse2fs | memfs) return 0 ;; *) return 1 ;; esac; }
-bench_is_dualfs() { case "$(bench_fs_base "$1")" in dualfs | dualfs-wb | dualfs-slow | dualfs-nointent | dualfs-nosup) return 0 ;; *) return 1 ;; esac; }
+bench_is_dualfs() { case " $BENCH_DUALFS_BASES " in *" $(bench_fs_base "$1") "*) return 0 ;; *) return 1 ;; esac; }
+bench_is_fuse() { bench_is_dualfs "$1" && return 0; case "$1" in fuse2fs | memfs | memfs-ll | memfs-ll-ring) return 0 ;; *) return 1 ;; esac; }
+
+# Switch FUSE over io_uring on for the rest of the run (the kernel checks the switch at every
+# ring command, so it stays on until bench_cleanup puts the old value back).
+_bench_ring_on() {
+    [ -w "$URING_PARAM" ] || bench_die "this kernel has no FUSE over io_uring ($URING_PARAM)"
+    [ -z "$BENCH_URING_WAS" ] && BENCH_URING_WAS=$(cat "$URING_PARAM")
+    echo Y >"$URING_PARAM"
+}
 
 bench_check_fs_list() {
     local f
@@ -268,7 +299,7 @@ fs_mount() {
     base=$(bench_fs_base "$fs") threads=$(bench_fs_threads "$fs")
     mkdir -p "$dir" "$mnt"
     case "$base" in
-        dualfs | dualfs-wb | dualfs-slow | dualfs-nointent | dualfs-nosup)
+        dualfs | dualfs-wb | dualfs-slow | dualfs-nointent | dualfs-nosup | dualfs-ring | dualfs-dev)
             local bytes meta meta_dev data_dev
             bytes=$(numfmt --from=iec "$size")
             meta=$((bytes / 4)); [ $meta -lt $((1 << 30)) ] && meta=$((1 << 30))
@@ -303,12 +334,20 @@ fs_mount() {
             # Without the supervisor: what surviving the daemon's death costs (the worker's
             # threads then share one /dev/fuse descriptor instead of a clone each).
             [ "$base" = dualfs-nosup ] && opts="${opts:+$opts,}supervise=off"
+            [ "$base" = dualfs-dev ] && opts="${opts:+$opts,}transport=dev"
+            if [ "$base" = dualfs-ring ]; then
+                _bench_ring_on
+                opts="${opts:+$opts,}transport=uring"
+            fi
             local args=("$meta_dev" "$data_dev" "$mnt")
             [ -n "$opts" ] && args+=(-o "$opts")
             threads=${threads:-${DUALFS_THREADS:-}}
             [ -n "$threads" ] && args+=(--threads "$threads")
             BENCH_MOUNTS+=("$fs|$mnt")
             "$DUALFS_BIN" mount "${args[@]}"
+            if [ "$base" = dualfs-ring ] && ! "$DUALFS_BIN" info "$meta_dev" | grep -q "FUSE transport: *uring"; then
+                bench_die "$fs: the mount did not set up its io_uring queues (see its log)"
+            fi
             ;;
         ext2 | ext3 | ext4 | ext4-slow)
             local kind=${fs%-slow} img="$dir/fs.img"
@@ -342,6 +381,15 @@ fs_mount() {
             BENCH_MOUNTS+=("$fs|$mnt")
             _bench_start_fuse "$mnt" "$dir/memfs.log" "$MEMFS_BIN" "$mnt" --threads "$MEMFS_THREADS"
             ;;
+        memfs-ll | memfs-ll-ring)
+            local ll_opts=no_timeout
+            if [ "$fs" = memfs-ll-ring ]; then
+                _bench_ring_on
+                ll_opts="$ll_opts,io_uring"
+            fi
+            BENCH_MOUNTS+=("$fs|$mnt")
+            _bench_start_fuse "$mnt" "$dir/memfs_ll.log" "$BENCH_LIBFUSE/example/memfs_ll" -f -o "$ll_opts" "$mnt"
+            ;;
         *) bench_die "unknown file system '$fs'" ;;
     esac
     mountpoint -q "$mnt" || bench_die "$fs: $mnt is not mounted"
@@ -351,10 +399,11 @@ fs_mount() {
 _bench_unmount() {
     local fs=$1 mnt=$2 rc=0
     if mountpoint -q "$mnt"; then
-        case "$(bench_fs_base "$fs")" in
-            dualfs | dualfs-wb | dualfs-slow) "$DUALFS_BIN" umount "$mnt" || rc=$? ;;
-            *) umount "$mnt" || rc=$? ;;
-        esac
+        if bench_is_dualfs "$fs"; then
+            "$DUALFS_BIN" umount "$mnt" || rc=$?
+        else
+            umount "$mnt" || rc=$?
+        fi
     fi
     if [ -n "${BENCH_PID[$mnt]:-}" ]; then
         _bench_wait_exit "${BENCH_PID[$mnt]}" 600 || rc=1
@@ -404,9 +453,8 @@ bench_dev_written() { # DEVICE
 fs_daemon_pid() {
     local fs=$1 mnt=$2
     if [ -n "${BENCH_PID[$mnt]:-}" ]; then echo "${BENCH_PID[$mnt]}"; return; fi
-    case "$(bench_fs_base "$fs")" in
-        dualfs | dualfs-wb | dualfs-slow) pgrep -n -f -- "dualfs mount .* $mnt( |\$)" ;;
-    esac
+    bench_is_dualfs "$fs" && pgrep -n -f -- "dualfs mount .* $mnt( |\$)"
+    return 0
 }
 
 # The trap: undo whatever is still set up, whatever state the script died in.
@@ -418,10 +466,11 @@ bench_cleanup() {
         m=${BENCH_MOUNTS[$i]}; fs=${m%%|*}; mnt=${m#*|}
         bench_log "cleanup: unmounting $fs at $mnt"
         if mountpoint -q "$mnt"; then
-            case "$(bench_fs_base "$fs")" in
-                dualfs | dualfs-wb | dualfs-slow) timeout 300 "$DUALFS_BIN" umount "$mnt" ;;
-                *) umount "$mnt" ;;
-            esac
+            if bench_is_dualfs "$fs"; then
+                timeout 300 "$DUALFS_BIN" umount "$mnt"
+            else
+                umount "$mnt"
+            fi
             mountpoint -q "$mnt" && umount -l "$mnt"
         fi
         # A delayfs below must not be unmounted before the loop device over it is gone.
@@ -439,6 +488,7 @@ bench_cleanup() {
     done
     for mnt in "${!BENCH_LOOP[@]}"; do for l in ${BENCH_LOOP[$mnt]}; do losetup -d "$l"; done; done
     [ -n "$BENCH_TMP" ] && [ -d "$BENCH_TMP" ] && rm -rf "$BENCH_TMP"
+    [ -n "$BENCH_URING_WAS" ] && echo "$BENCH_URING_WAS" >"$URING_PARAM"
     # A script's own undoing (settings it changed), after the unmounts.
     declare -F bench_cleanup_extra >/dev/null && bench_cleanup_extra
     exit $rc

@@ -49,6 +49,7 @@ impl Drop for UringParam {
 /// A mounted session; always unmounted (lazily) when dropped, even on a failed assertion.
 struct Mounted {
     dir: tempfile::TempDir,
+    fs: Arc<MemFs>,
     session: Option<Session>,
 }
 
@@ -68,9 +69,11 @@ impl Mounted {
             flags: MsFlags::MS_NODEV | MsFlags::MS_NOSUID,
             allow_other: false,
         };
-        let session = Session::mount(Arc::new(MemFs::default()), &spec, &config).expect("mount");
+        let fs = Arc::new(MemFs::default());
+        let session = Session::mount(fs.clone(), &spec, &config).expect("mount");
         Mounted {
             dir,
+            fs,
             session: Some(session),
         }
     }
@@ -244,6 +247,48 @@ fn io_uring_serves_requests() {
         stats.dev() < stats.uring() / 4,
         "requests over /dev/fuse: {}",
         stats.dev()
+    );
+}
+
+/// Over the ring, /dev/fuse carries the forgets, and its reader pauses after each so that the
+/// kernel gathers the next ones into a BATCH_FORGET instead of waking a reader (at the cost of
+/// the unlinking process) for every evicted inode.
+#[test]
+fn forgets_over_the_ring_come_in_batches() {
+    assert!(
+        is_root(),
+        "the end-to-end tests need root (tests/README.md)"
+    );
+    let _serial = URING_PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_param) = uring_param(true) else {
+        return;
+    };
+    const FILES: u64 = 2000;
+    let mut m = Mounted::new(Transport::Uring, None);
+    assert_eq!(m.session().transport(), Transport::Uring);
+    let dir = m.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..FILES {
+        std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+    }
+    let before = m.fs.forgotten();
+    let dev_before = m.session().stats().dev();
+    for i in 0..FILES {
+        std::fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+    }
+    // The kernel forgets an unlinked inode at once; its FORGET may still be on its way.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while m.fs.forgotten() - before < FILES && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let forgotten = m.fs.forgotten() - before;
+    let reads = m.session().stats().dev() - dev_before;
+    m.unmount();
+    eprintln!("{forgotten} forgets in {reads} requests over /dev/fuse");
+    assert!(forgotten >= FILES, "forgotten: {forgotten} of {FILES}");
+    assert!(
+        reads <= FILES / 4,
+        "{reads} /dev/fuse requests carried {forgotten} forgets: one per inode, not batched"
     );
 }
 

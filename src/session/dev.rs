@@ -8,9 +8,19 @@ use super::{serve, Dispatch, End, Negotiated, Reply, Stats};
 use log::{debug, warn};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long the /dev/fuse reader of a mount served over io_uring waits after a FORGET before
+/// reading again. The kernel wakes a reader sleeping in read() for every inode it evicts, and
+/// the process that dropped the inode (an unlink's, mostly) pays that wake-up: a
+/// cross-CPU interrupt, ~10 µs on this machine's virtual CPUs, a third of an unlink. While the
+/// reader pauses, nobody sleeps on the queue: the forgets collect in the kernel's list and
+/// come as one BATCH_FORGET. Over /dev/fuse alone the readers serve every request and never
+/// pause. docs/DESIGN.md, "The FUSE session layer".
+const FORGET_PAUSE: Duration = Duration::from_millis(1);
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Read until the kernel's INIT arrives (it is the first request).
@@ -118,49 +128,62 @@ fn clone_device(device: &OwnedFd) -> io::Result<OwnedFd> {
     }
 }
 
-/// Another descriptor of the session's own open file (its queue of requests read).
-pub(super) fn spawn_workers<D: Dispatch>(
-    fs: &Arc<D>,
-    device: &Arc<OwnedFd>,
-    negotiated: &Negotiated,
-    threads: usize,
-    clone: bool,
-    stats: &Arc<Stats>,
-    end: &Arc<End>,
-) -> io::Result<Vec<JoinHandle<()>>> {
-    let mut handles = Vec::with_capacity(threads);
-    for i in 0..threads {
-        let fd = if clone {
-            clone_device(device)?
-        } else {
-            device.try_clone()?
-        };
-        let fs = fs.clone();
-        let stats = stats.clone();
-        let end = end.clone();
-        // Keeps the session's descriptor open while a worker runs.
-        let session = device.clone();
-        let negotiated = *negotiated;
-        let handle = std::thread::Builder::new()
-            .name(format!("fuse-dev-{i}"))
-            .spawn(move || {
-                if let Err(e) = worker(&*fs, &fd, &negotiated, &stats) {
-                    end.failed(e);
-                }
-                drop(session);
-            })?;
-        handles.push(handle);
+/// What every /dev/fuse worker of a session shares.
+pub(super) struct Workers {
+    pub device: Arc<OwnedFd>,
+    pub negotiated: Negotiated,
+    /// Each worker reads its own clone of the session's descriptor.
+    pub clone: bool,
+    pub stats: Arc<Stats>,
+    pub end: Arc<End>,
+    /// Set once the io_uring queues serve: the workers then see only FORGET and INTERRUPT.
+    pub ring_serves: Arc<AtomicBool>,
+}
+
+impl Workers {
+    /// Start the workers numbered `ids` (their threads' names).
+    pub fn spawn<D: Dispatch>(
+        &self,
+        fs: &Arc<D>,
+        ids: std::ops::Range<usize>,
+    ) -> io::Result<Vec<JoinHandle<()>>> {
+        let mut handles = Vec::with_capacity(ids.len());
+        for i in ids {
+            let fd = if self.clone {
+                clone_device(&self.device)?
+            } else {
+                self.device.try_clone()?
+            };
+            let fs = fs.clone();
+            let stats = self.stats.clone();
+            let end = self.end.clone();
+            let ring_serves = self.ring_serves.clone();
+            // Keeps the session's descriptor open while a worker runs.
+            let session = self.device.clone();
+            let negotiated = self.negotiated;
+            let handle = std::thread::Builder::new()
+                .name(format!("fuse-dev-{i}"))
+                .spawn(move || {
+                    if let Err(e) = worker(&*fs, &fd, &negotiated, &stats, &ring_serves) {
+                        end.failed(e);
+                    }
+                    drop(session);
+                })?;
+            handles.push(handle);
+        }
+        Ok(handles)
     }
-    Ok(handles)
 }
 
 /// Serve until the connection ends: Ok when the kernel ended it with ENODEV (unmounted, or
-/// aborted), the error otherwise (ECONNABORTED among them).
+/// aborted), the error otherwise (ECONNABORTED among them). Once `ring_serves`, a FORGET is
+/// followed by [`FORGET_PAUSE`].
 fn worker<D: Dispatch>(
     fs: &D,
     fd: &OwnedFd,
     negotiated: &Negotiated,
     stats: &Stats,
+    ring_serves: &AtomicBool,
 ) -> io::Result<()> {
     let layout = negotiated.layout();
     let mut input = vec![0u8; negotiated.dev_buffer_size()];
@@ -195,6 +218,10 @@ fn worker<D: Dispatch>(
         let mut reply = Reply::new(body);
         serve(fs, &req, &mut reply);
         if !req.op.wants_reply() {
+            let forget = matches!(req.op, Operation::Forget(_) | Operation::BatchForget(_));
+            if forget && ring_serves.load(Ordering::Acquire) {
+                std::thread::sleep(FORGET_PAUSE);
+            }
             continue;
         }
         let Some(header) = super::reply::out_header(req.unique(), &reply) else {

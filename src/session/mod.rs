@@ -23,7 +23,7 @@ use nix::mount::MsFlags;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use zerocopy::IntoBytes;
@@ -416,20 +416,34 @@ impl<D: Dispatch> Handshake<D> {
         } = self;
         let stats = Arc::new(Stats::default());
         let end = Arc::new(End::default());
-        let mut threads =
-            dev::spawn_workers(&fs, &device, &negotiated, threads, clone, &stats, &end)?;
+        let workers = dev::Workers {
+            device: device.clone(),
+            negotiated,
+            clone,
+            stats: stats.clone(),
+            end: end.clone(),
+            ring_serves: Arc::new(AtomicBool::new(false)),
+        };
+        // Over the ring, /dev/fuse carries only FORGET and INTERRUPT: one reader. It reads
+        // while the queues register (requests sent before the ring is ready come this way);
+        // if the ring does not start, the others join it.
+        let first = if rings.is_some() { 1 } else { threads };
+        let mut handles = workers.spawn(&fs, 0..first)?;
         let transport = match rings {
             Some(rings) => {
                 let (started, ok) = rings.start(&fs, &device, &negotiated, fault, &stats, &end);
-                threads.extend(started);
+                handles.extend(started);
                 if ok {
+                    workers.ring_serves.store(true, Ordering::Release);
                     Transport::Uring
                 } else {
+                    handles.extend(workers.spawn(&fs, first..threads.max(first))?);
                     Transport::Dev
                 }
             }
             None => Transport::Dev,
         };
+        let threads = handles;
         info!("FUSE session ready over {transport}");
         Ok(Session {
             device,

@@ -5,12 +5,23 @@
 use dualfs::session::abi::{self, fopen, EntryOut};
 use dualfs::session::{Dispatch, Operation, Reply, Request};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// A tiny in-memory file system: directories and regular files.
 #[derive(Default)]
 pub struct MemFs {
     nodes: Mutex<Nodes>,
+    /// Lookups the kernel has given back (FORGET and BATCH_FORGET entries).
+    forgotten: AtomicU64,
+}
+
+impl MemFs {
+    /// How many nodes the kernel has forgotten so far.
+    #[allow(dead_code)] // the benchmark does not ask
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten.load(Ordering::Acquire)
+    }
 }
 
 struct Nodes {
@@ -133,7 +144,13 @@ impl Dispatch for MemFs {
                     let child = dir.children.get(name).ok_or(libc::ENOENT)?;
                     reply.entry(&nodes.map[child].entry());
                 }
-                Operation::Forget(_) | Operation::BatchForget(_) => {}
+                Operation::Forget(_) => {
+                    self.forgotten.fetch_add(1, Ordering::AcqRel);
+                }
+                Operation::BatchForget(ref list) => {
+                    self.forgotten
+                        .fetch_add(list.len() as u64, Ordering::AcqRel);
+                }
                 Operation::Getattr(_) => {
                     let node = nodes.map.get(&ino).ok_or(libc::ENOENT)?;
                     reply.attr(&abi::AttrOut {
