@@ -822,7 +822,8 @@ impl DualFuse {
                     Err(e) => reply.error(errno("open", ino, &e)),
                 }
             }
-            Operation::Create { arg, name } => self.create(req, &arg, name, reply),
+            Operation::Create { arg, name } => self.create(req, &arg, Some(name), reply),
+            Operation::Tmpfile { arg, .. } => self.create(req, &arg, None, reply),
             Operation::Read(arg) => match self.fs.read(ino, arg.fh, arg.offset, arg.size) {
                 Ok(data) => reply.bytes(&data),
                 Err(e) => reply.error(errno("read", ino, &e)),
@@ -1103,12 +1104,23 @@ impl DualFuse {
         empty(reply, result, "rename", parent);
     }
 
-    fn create(&self, req: &Request<'_>, arg: &abi::CreateIn, name: &[u8], reply: &mut Reply<'_>) {
+    /// CREATE, or with no name TMPFILE (open(2) with O_TMPFILE).
+    fn create(
+        &self,
+        req: &Request<'_>,
+        arg: &abi::CreateIn,
+        name: Option<&[u8]>,
+        reply: &mut Reply<'_>,
+    ) {
         let parent = req.nodeid();
         let mode = libc::S_IFREG | (arg.mode & 0o7777);
         let flags = self.open_flags(arg.flags);
         let who = opener(req, self.killpriv(), arg.flags, arg.open_flags, arg.umask);
-        match self.fs.create(&who, parent, name, mode, flags) {
+        let made = match name {
+            Some(name) => self.fs.create(&who, parent, name, mode, flags),
+            None => self.fs.tmpfile(&who, parent, mode, flags),
+        };
+        match made {
             Ok((attr, fh)) => {
                 // Without OPEN the kernel sends no RELEASE for a created file either: the
                 // handle goes at once and the kernel's reference keeps the file (it counts
@@ -1126,7 +1138,14 @@ impl DualFuse {
                     open_flags: self.fopen_flags(),
                     backing_id: 0,
                 };
-                reply.create(&self.entry_out(&attr), &open)
+                let mut entry = self.entry_out(&attr);
+                if name.is_none() {
+                    // The kernel takes one link off what it is told (d_tmpfile): an inode
+                    // made with none is said to have one.
+                    debug_assert_eq!(entry.attr.nlink, 0, "a new unnamed file has no link");
+                    entry.attr.nlink = 1;
+                }
+                reply.create(&entry, &open)
             }
             Err(e) => reply.error(errno("create", parent, &e)),
         }

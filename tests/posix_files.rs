@@ -351,6 +351,95 @@ fn an_orphan_the_kernel_held_at_a_crash_is_freed_at_the_next_mount() {
     assert!(!names(fs.path()).contains(&b"held".to_vec()));
 }
 
+/// linkat(2) of a descriptor (AT_EMPTY_PATH): the way an O_TMPFILE file gets its name.
+fn link_descriptor(h: &fs::File, to: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    let to = std::ffi::CString::new(to.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid descriptor and NUL-terminated paths.
+    let r = unsafe {
+        libc::linkat(
+            h.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// open(2) with O_TMPFILE: a file with no name and no link, freed at its close unless
+/// linkat names it first (once; never with O_EXCL); named, it is an ordinary file that a
+/// remount keeps.
+#[test]
+fn o_tmpfile_has_no_name_until_linkat_gives_it_one() {
+    let mut fs = TestFs::new();
+    let listed = names(fs.path());
+    let free = statvfs(fs.path());
+    // Closed unnamed: nothing of it stays.
+    {
+        let mut h = open(fs.path(), libc::O_TMPFILE | libc::O_RDWR, 0o600).unwrap();
+        h.write_all(&content(6, 500_000)).unwrap();
+        h.sync_all().unwrap();
+        let m = h.metadata().unwrap();
+        assert_eq!((m.nlink(), m.len()), (0, 500_000));
+        assert!(m.file_type().is_file());
+        assert_eq!(names(fs.path()), listed, "an O_TMPFILE file has no entry");
+    }
+    assert!(
+        wait_for(
+            Duration::from_secs(10),
+            || {
+                let s = statvfs(fs.path());
+                (s.f_ffree, s.f_bfree)
+            },
+            |v| v == (free.f_ffree, free.f_bfree)
+        ),
+        "the closed unnamed file's inode and blocks are not free again"
+    );
+    // Named before its close.
+    let data = content(7, 300_000);
+    let named = fs.join("named");
+    {
+        let mut h = open(fs.path(), libc::O_TMPFILE | libc::O_RDWR, 0o640).unwrap();
+        h.write_all(&data).unwrap();
+        link_descriptor(&h, &named).unwrap();
+        assert_eq!(h.metadata().unwrap().nlink(), 1);
+        assert_eq!(fs::read(&named).unwrap(), data);
+        // Unnamed again, it cannot be named a second time.
+        sys::unlink(&named).unwrap();
+        let e = link_descriptor(&h, &fs.join("again")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    }
+    {
+        let mut h = open(fs.path(), libc::O_TMPFILE | libc::O_RDWR, 0o640).unwrap();
+        h.write_all(&data).unwrap();
+        link_descriptor(&h, &named).unwrap();
+        let h = open(
+            fs.path(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_EXCL,
+            0o600,
+        )
+        .unwrap();
+        let e = link_descriptor(&h, &fs.join("excl")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    }
+    fs.remount();
+    assert_eq!(fs::read(&named).unwrap(), data);
+    assert_eq!(lstat(&named).nlink(), 1);
+    let mut want = listed.clone();
+    want.push(b"named".to_vec());
+    want.sort();
+    let mut got = names(fs.path());
+    got.sort();
+    assert_eq!(got, want);
+}
+
 fn open_unlinked_file_stays_usable_on(mut fs: TestFs) {
     let f = fs.join("victim");
     let mut h = open(&f, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();

@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 pub const CHUNK_MAGIC: &[u8; 8] = b"DFSINTNT";
-pub const CHUNK_VERSION: u32 = 3;
+pub const CHUNK_VERSION: u32 = 4;
 /// Header bytes before the first record.
 pub const CHUNK_HEADER: usize = 64;
 /// Every record starts at a multiple of this.
@@ -207,8 +207,9 @@ pub fn read_chunk(bytes: &[u8], uuid: &[u8; 16]) -> Result<ChunkContents, String
     let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
     let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
     let version = u32_at(h, at::VERSION);
-    // Version 2 differs only in lacking kind 14: its kind 7 may be either write.
-    if version != CHUNK_VERSION && version != 2 {
+    // Version 3 lacks only kind 15 (O_TMPFILE); version 2 also kind 14: its kind 7 may be
+    // either write.
+    if !(2..=CHUNK_VERSION).contains(&version) {
         return Err(format!("version {version}, not {CHUNK_VERSION}"));
     }
     if u32_at(h, at::CRC) != header_crc(h) {

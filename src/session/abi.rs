@@ -113,6 +113,7 @@ pub mod opcode {
     pub const LSEEK: u32 = 46;
     pub const COPY_FILE_RANGE: u32 = 47;
     pub const SYNCFS: u32 = 50;
+    pub const TMPFILE: u32 = 51;
     pub const STATX: u32 = 52;
 }
 

@@ -187,6 +187,11 @@ pub enum Operation<'a> {
         arg: abi::CreateIn,
         name: &'a [u8],
     },
+    /// open(2) with O_TMPFILE: CREATE's arguments; the name is the kernel's placeholder ("/").
+    Tmpfile {
+        arg: abi::CreateIn,
+        name: &'a [u8],
+    },
     Ioctl {
         arg: abi::IoctlIn,
         data: &'a [u8],
@@ -239,6 +244,7 @@ impl Operation<'_> {
             Operation::Fsyncdir(_) => "FSYNCDIR",
             Operation::Access(_) => "ACCESS",
             Operation::Create { arg, .. } => return format!("CREATE flags {:#o}", arg.flags),
+            Operation::Tmpfile { arg, .. } => return format!("TMPFILE flags {:#o}", arg.flags),
             Operation::Ioctl { .. } => "IOCTL",
             Operation::Fallocate(_) => "FALLOCATE",
             Operation::Lseek(_) => "LSEEK",
@@ -446,6 +452,13 @@ pub fn decode(
         opcode::CREATE => {
             let (arg, rest) = body.fixed(op)?;
             Operation::Create {
+                arg,
+                name: name(op, rest)?.0,
+            }
+        }
+        opcode::TMPFILE => {
+            let (arg, rest) = body.fixed(op)?;
+            Operation::Tmpfile {
                 arg,
                 name: name(op, rest)?.0,
             }

@@ -71,6 +71,9 @@ pub struct InodeState {
     pub deleted: bool,
     /// Open file handles.
     pub opens: u32,
+    /// Made by O_TMPFILE without O_EXCL and never linked: `link` may give it its first name
+    /// although it has no link (Linux's I_LINKABLE).
+    pub linkable: bool,
     /// Indirect blocks in memory, by (level, first file block mapped).
     pub ptrs: PtrMap,
     /// A long symlink target held in memory; `target_dirty` when its blocks must be
@@ -170,6 +173,7 @@ impl InodeEntry {
                         window_used: false,
                         snapshot_part: None,
                         cache: None,
+                        linkable: false,
                     },
                 ),
             },

@@ -9,6 +9,8 @@ use crate::{FsError, Result};
 pub const KIND_WRITE: u8 = 7;
 /// A write that reached the data device before its reply (a mount without the cache).
 pub const KIND_WRITE_THROUGH: u8 = 14;
+/// An O_TMPFILE inode (chunk version 4).
+pub const KIND_MAKE_UNNAMED: u8 = 15;
 
 /// One operation as the intent log holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,15 @@ pub enum IntentOp {
         gid: u32,
         rdev: u32,
         target: Option<Vec<u8>>,
+    },
+    /// open(2) with O_TMPFILE: the new inode, made with no link as if in `parent`.
+    MakeUnnamed {
+        parent: u64,
+        ino: u64,
+        generation: u32,
+        mode: u32,
+        uid: u32,
+        gid: u32,
     },
     Link {
         ino: u64,
@@ -125,6 +136,7 @@ impl IntentOp {
             IntentOp::RemoveXattr { .. } => 11,
             IntentOp::SetFlags { .. } => 12,
             IntentOp::WrittenBack { .. } => 13,
+            IntentOp::MakeUnnamed { .. } => KIND_MAKE_UNNAMED,
         }
     }
 
@@ -279,6 +291,21 @@ impl IntentRecord {
                 e.u8(target.is_some() as u8);
                 e.bytes(target.as_deref().unwrap_or(&[]));
             }
+            IntentOp::MakeUnnamed {
+                parent,
+                ino,
+                generation,
+                mode,
+                uid,
+                gid,
+            } => {
+                e.u64(*parent);
+                e.u64(*ino);
+                e.u32(*generation);
+                e.u32(*mode);
+                e.u32(*uid);
+                e.u32(*gid);
+            }
             IntentOp::Link { ino, parent, name } => {
                 e.u64(*ino);
                 e.u64(*parent);
@@ -400,6 +427,14 @@ impl IntentRecord {
                     let t = d.bytes()?;
                     some.then_some(t)
                 },
+            },
+            KIND_MAKE_UNNAMED => IntentOp::MakeUnnamed {
+                parent: d.u64()?,
+                ino: d.u64()?,
+                generation: d.u32()?,
+                mode: d.u32()?,
+                uid: d.u32()?,
+                gid: d.u32()?,
             },
             2 => IntentOp::Link {
                 ino: d.u64()?,
@@ -532,6 +567,14 @@ mod tests {
                 gid: 100,
                 rdev: 0,
                 target: Some(b"/x".to_vec()),
+            },
+            IntentOp::MakeUnnamed {
+                parent: 1,
+                ino: 10,
+                generation: 4,
+                mode: 0o100600,
+                uid: 1000,
+                gid: 100,
             },
             IntentOp::Link {
                 ino: 9,

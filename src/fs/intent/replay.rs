@@ -212,6 +212,22 @@ impl Fs {
                 made?;
                 owner(*ino, *mode, Some((*uid, *gid)))
             }
+            IntentOp::MakeUnnamed {
+                parent,
+                ino,
+                generation,
+                mode,
+                uid,
+                gid,
+            } => {
+                super::force_inode(*ino, *generation);
+                // Linkable: the kernel, which holds it open, alone knows whether O_EXCL forbade
+                // a name, and sends no LINK then.
+                let made = self.make_unnamed(&root, *parent, *mode, false, true);
+                super::take_forced_inode();
+                made?;
+                owner(*ino, *mode, Some((*uid, *gid)))
+            }
             IntentOp::Link { ino, parent, name } => {
                 self.link(&root, *ino, *parent, name).map(|_| ())
             }

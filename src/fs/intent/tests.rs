@@ -126,6 +126,25 @@ fn die_and_remount(
     Fs::mount(m.clone(), d.clone(), o.clone()).unwrap()
 }
 
+/// Stop `fs` dead and start a successor on its devices and intent log, as the supervisor
+/// does: it takes over the dead daemon's kernel connection (whose references it inherits).
+fn die_and_take_over(
+    fs: Arc<Fs>,
+    m: &Arc<dyn BlockDevice>,
+    d: &Arc<dyn BlockDevice>,
+    o: &MountOptions,
+) -> Arc<Fs> {
+    fs.shutdown();
+    drop(fs);
+    let successor = MountOptions {
+        successor_of_dead: Some(1),
+        ..o.clone()
+    };
+    let fs = Fs::mount(m.clone(), d.clone(), successor).unwrap();
+    fs.begin_kernel_session(false);
+    fs
+}
+
 fn assert_same(before: &BTreeMap<String, Seen>, after: &BTreeMap<String, Seen>, when: &str) {
     for (p, s) in before {
         match after.get(p) {
@@ -240,7 +259,7 @@ fn random_op(fs: &Fs, rng: &mut Rng, dirs: &[u64]) {
     let name = format!("f{}", rng.below(6));
     let n = name.as_bytes();
     let lookup = |dir: u64, n: &[u8]| fs.lookup(dir, n).ok();
-    match rng.below(14) {
+    match rng.below(15) {
         0..=2 => {
             let ino = match lookup(dir, n) {
                 Some(a) if a.kind == FileKind::Regular => a.ino,
@@ -310,6 +329,16 @@ fn random_op(fs: &Fs, rng: &mut Rng, dirs: &[u64]) {
             if let Some(a) = lookup(dir, n).filter(|a| a.kind == FileKind::Regular) {
                 let fh = fs.open(&U, a.ino, libc::O_RDWR | libc::O_TRUNC).unwrap();
                 fs.release(a.ino, fh).unwrap();
+            }
+        }
+        13 => {
+            // O_TMPFILE: written, then named before its close (if the name is free).
+            if let Ok((t, fh)) = fs.tmpfile(&U, dir, 0o640, libc::O_RDWR) {
+                let len = 1 + rng.below(9_000) as usize;
+                fs.write(t.ino, fh, 0, &vec![rng.next() as u8; len])
+                    .unwrap();
+                let _ = fs.link(&U, t.ino, dir, n);
+                fs.release(t.ino, fh).unwrap();
             }
         }
         12 => match rng.below(3) {
@@ -466,14 +495,7 @@ fn a_successor_serves_what_the_kernel_holds_of_its_predecessor() {
     fs.commit().unwrap();
     let freed = gone.0.ino;
 
-    fs.shutdown();
-    drop(fs);
-    let successor = MountOptions {
-        successor_of_dead: Some(1),
-        ..o.clone()
-    };
-    let fs = Fs::mount(m.clone(), d.clone(), successor).unwrap();
-    fs.begin_kernel_session(false);
+    let fs = die_and_take_over(fs, &m, &d, &o);
     assert!(fs.answered_before(10) && fs.answered_before(12));
     assert!(!fs.answered_before(10), "asked once");
     assert!(!fs.answered_before(11), "no record of request 11");
@@ -502,6 +524,39 @@ fn a_successor_serves_what_the_kernel_holds_of_its_predecessor() {
     assert_eq!(fs.getattr(open.ino).unwrap().nlink, 0);
     fs.forget(open.ino, 3);
     assert!(fs.getattr(open.ino).is_err(), "freed at its FORGET");
+    fs.commit().unwrap();
+    unmount_and_check(fs, &m, &d, "after the successor");
+}
+
+#[test]
+fn an_unnamed_file_outlives_its_daemon_and_the_successor_can_name_it() {
+    let dir = IntentDir::new("unnamed");
+    let (m, d) = devices(32, 64);
+    let o = opts(&dir, 256 << 10);
+    let fs = Fs::mount(m.clone(), d.clone(), o.clone()).unwrap();
+    fs.begin_kernel_session(false);
+    let (kept, kfh) = fs.tmpfile(&U, ROOT, 0o640, libc::O_RDWR).unwrap();
+    fs.write(kept.ino, kfh, 0, b"named later").unwrap();
+    let (dropped, dfh) = fs.tmpfile(&U, ROOT, 0o600, libc::O_RDWR).unwrap();
+    fs.write(dropped.ino, dfh, 0, &[3u8; 20_000]).unwrap();
+    let fs = die_and_take_over(fs, &m, &d, &o);
+    // The kernel's descriptors still work, and one of them gets its name now.
+    assert_eq!(fs.read(kept.ino, kfh, 0, 100).unwrap(), b"named later");
+    assert_eq!(fs.getattr(kept.ino).unwrap().nlink, 0);
+    let named = fs.link(&U, kept.ino, ROOT, b"late").unwrap();
+    assert_eq!(named.nlink, 1);
+    fs.release(kept.ino, kfh).unwrap();
+    fs.forget(kept.ino, 2);
+    // The other goes at its close and the kernel's FORGET.
+    assert_eq!(fs.read(dropped.ino, dfh, 0, 3).unwrap(), [3u8; 3]);
+    fs.release(dropped.ino, dfh).unwrap();
+    fs.forget(dropped.ino, 1);
+    assert!(fs.getattr(dropped.ino).is_err(), "freed at its FORGET");
+    let late = fs.lookup(ROOT, b"late").unwrap();
+    assert_eq!(
+        fs.read(late.ino, NO_HANDLE, 0, 100).unwrap(),
+        b"named later"
+    );
     fs.commit().unwrap();
     unmount_and_check(fs, &m, &d, "after the successor");
 }

@@ -221,20 +221,23 @@ impl Fs {
 
     /// Make a new inode named `name` in `parent` (opened once when `open`) and return its
     /// attributes as a kernel entry. Both happen before the parent is unlocked, so nobody can
-    /// remove the new name first.
+    /// remove the new name first. Without a name (O_TMPFILE) the inode has no link: an orphan
+    /// from birth, made as if in `parent` (its group, its default ACL, its set-group-ID).
     #[allow(clippy::too_many_arguments)]
     fn make_node(
         &self,
         caller: &Caller,
         parent: u64,
-        name: &[u8],
+        name: Option<&[u8]>,
         mode: u32,
         rdev: u32,
         target: Option<&[u8]>,
         open: bool,
     ) -> Result<(Arc<InodeEntry>, Attr)> {
         let _admitted = self.admit(Admit::Change)?;
-        check_name(name)?;
+        if let Some(name) = name {
+            check_name(name)?;
+        }
         let kind = FileKind::from_mode(mode).ok_or(FsError::Errno(libc::EINVAL))?;
         let pe = self.dir(parent)?;
         let _op = pe.op.lock_arc();
@@ -245,8 +248,10 @@ impl Fs {
             }
             (st.d.gid, st.d.mode, st.d.group, st.d.nlink)
         };
-        if is_dot(name) || self.lookup_entry(parent, name)?.is_some() {
-            return Err(FsError::Errno(libc::EEXIST));
+        if let Some(name) = name {
+            if is_dot(name) || self.lookup_entry(parent, name)?.is_some() {
+                return Err(FsError::Errno(libc::EEXIST));
+            }
         }
         // After EEXIST: create(2) of an existing name in an immutable directory opens it.
         self.check_entry(&pe, Change::Append)?;
@@ -268,7 +273,11 @@ impl Fs {
             mode: kind.mode_bits() | perm,
             uid: caller.uid,
             gid: if setgid_dir { pgid } else { caller.gid },
-            nlink: if kind == FileKind::Directory { 2 } else { 1 },
+            nlink: match (name, kind) {
+                (None, _) => 0,
+                (Some(_), FileKind::Directory) => 2,
+                (Some(_), _) => 1,
+            },
             atime: now,
             mtime: now,
             ctime: now,
@@ -300,7 +309,10 @@ impl Fs {
             ino,
             kind: kind.code(),
         };
-        let mut messages = vec![self.ns.tree.insert_message(parent, name, entry)?];
+        let mut messages = Vec::new();
+        if let Some(name) = name {
+            messages.push(self.ns.tree.insert_message(parent, name, entry)?);
+        }
         for (attr, value) in &inherited {
             let key = self.ns.tree.attr_key(ino, generation, attr);
             messages.push(self.ns.tree.attr_set_message(key, value));
@@ -315,20 +327,22 @@ impl Fs {
         };
         let _g = self.gate_shared();
         let e = self.new_inode_entry(d);
-        if let Err(err) = self.ns.tree.insert(&self.nodes(), parent, name, entry) {
-            let _ = self.ns.tree.remove(&self.nodes(), parent, name);
+        let undo = |err| {
+            if let Some(name) = name {
+                let _ = self.ns.tree.remove(&self.nodes(), parent, name);
+            }
             self.ns.inodes.remove(ino);
             self.ns.give_back_ino(ino);
-            return Err(err);
+            Err(err)
+        };
+        if let Some(name) = name {
+            if let Err(err) = self.ns.tree.insert(&self.nodes(), parent, name, entry) {
+                return undo(err);
+            }
         }
         match self.store_inherited(ino, generation, &inherited) {
             Ok(flags) => e.state.write().d.flags |= flags,
-            Err(err) => {
-                let _ = self.ns.tree.remove(&self.nodes(), parent, name);
-                self.ns.inodes.remove(ino);
-                self.ns.give_back_ino(ino);
-                return Err(err);
-            }
+            Err(err) => return undo(err),
         }
         if let Some(t) = &long_target {
             self.charge_log_blocks(
@@ -348,7 +362,7 @@ impl Fs {
             self.ns.kernel_refs.take(ino);
             self.attr_of(&st.d)
         };
-        {
+        if name.is_some() {
             let mut pst = pe.state.write();
             pst.d.size += 1;
             if kind == FileKind::Directory {
@@ -369,16 +383,26 @@ impl Fs {
             let st = e.state.read();
             (st.d.mode, st.d.uid, st.d.gid)
         };
-        self.record(IntentOp::Make {
-            parent,
-            name: name.to_vec(),
-            ino,
-            generation,
-            mode,
-            uid,
-            gid,
-            rdev,
-            target: target.map(<[u8]>::to_vec),
+        self.record(match name {
+            Some(name) => IntentOp::Make {
+                parent,
+                name: name.to_vec(),
+                ino,
+                generation,
+                mode,
+                uid,
+                gid,
+                rdev,
+                target: target.map(<[u8]>::to_vec),
+            },
+            None => IntentOp::MakeUnnamed {
+                parent,
+                ino,
+                generation,
+                mode,
+                uid,
+                gid,
+            },
         });
         Ok((e, attr))
     }
@@ -401,7 +425,7 @@ impl Fs {
         } else {
             mode
         };
-        let (_, attr) = self.make_node(caller, parent, name, mode, rdev, None, false)?;
+        let (_, attr) = self.make_node(caller, parent, Some(name), mode, rdev, None, false)?;
         self.entry_committed(attr, None)
     }
 
@@ -409,7 +433,7 @@ impl Fs {
         let (_, attr) = self.make_node(
             caller,
             parent,
-            name,
+            Some(name),
             libc::S_IFDIR | (mode & 0o7777),
             0,
             None,
@@ -432,7 +456,7 @@ impl Fs {
             return Err(FsError::Errno(libc::ENAMETOOLONG));
         }
         let mode = libc::S_IFLNK | 0o777;
-        let (_, attr) = self.make_node(caller, parent, name, mode, 0, Some(target), false)?;
+        let (_, attr) = self.make_node(caller, parent, Some(name), mode, 0, Some(target), false)?;
         self.entry_committed(attr, None)
     }
 
@@ -449,7 +473,7 @@ impl Fs {
         match self.make_node(
             caller,
             parent,
-            name,
+            Some(name),
             libc::S_IFREG | (mode & 0o7777),
             0,
             None,
@@ -475,6 +499,37 @@ impl Fs {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// open(2) with O_TMPFILE: a regular file with no name, open (`mode` with the umask
+    /// applied), made as if in `parent`. It is an orphan from birth: freed at its last close
+    /// and the kernel's last FORGET, or by the next mount after a crash, unless `link` names
+    /// it first, which it may once, if `flags` lack O_EXCL.
+    pub fn tmpfile(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Attr, u64)> {
+        let (e, attr) = self.make_unnamed(caller, parent, mode, true, flags & libc::O_EXCL == 0)?;
+        let fh = self.ns.new_handle(e.ino, flags);
+        Ok((attr, fh))
+    }
+
+    /// The inode of `tmpfile`, opened once when `open`.
+    pub(crate) fn make_unnamed(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        mode: u32,
+        open: bool,
+        linkable: bool,
+    ) -> Result<(Arc<InodeEntry>, Attr)> {
+        let mode = libc::S_IFREG | (mode & 0o7777);
+        let (e, attr) = self.make_node(caller, parent, None, mode, 0, None, open)?;
+        e.state.write().linkable = linkable;
+        Ok((e, attr))
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
@@ -544,7 +599,7 @@ impl Fs {
         }
         {
             let st = ce.state.read();
-            if st.deleted || st.d.nlink == 0 {
+            if st.deleted || (st.d.nlink == 0 && !st.linkable) {
                 return Err(FsError::Errno(libc::ENOENT));
             }
             if st.d.nlink >= LINK_MAX {
@@ -566,6 +621,7 @@ impl Fs {
         let attr = {
             let mut st = ce.state.write();
             st.d.nlink += 1;
+            st.linkable = false;
             st.d.ctime = now;
             self.mark_dirty(&ce, &mut st);
             self.ns.kernel_refs.take(ino);

@@ -237,3 +237,70 @@ fn writes_through_unseen_opens_check_the_flags_and_follow_o_append() {
     drop(fs);
     assert_clean(&m, &d);
 }
+
+#[test]
+fn an_unnamed_file_is_freed_at_its_last_close_unless_linked_first() {
+    let (m, d, fs) = fresh();
+    let before = free_blocks(&fs);
+    let inodes = fs.statfs().unwrap().ffree;
+    let root_size = fs.getattr(ROOT).unwrap().size;
+    // Closed unnamed: gone, blocks and number.
+    let (t, fh) = fs.tmpfile(&U, ROOT, 0o600, libc::O_RDWR).unwrap();
+    assert_eq!(t.nlink, 0);
+    fs.write(t.ino, fh, 0, &[5u8; 20_000]).unwrap();
+    assert_eq!(fs.getattr(ROOT).unwrap().size, root_size, "no entry for it");
+    assert!(free_blocks(&fs) < before);
+    fs.release(t.ino, fh).unwrap();
+    assert_eq!(errno(fs.getattr(t.ino)), libc::ENOENT);
+    assert_eq!(free_blocks(&fs), before);
+    assert_eq!(fs.statfs().unwrap().ffree, inodes);
+    // Linked before its close: an ordinary file, with what was written.
+    let (t, fh) = fs.tmpfile(&U, ROOT, 0o640, libc::O_RDWR).unwrap();
+    fs.write(t.ino, fh, 0, b"kept").unwrap();
+    let named = fs.link(&U, t.ino, ROOT, b"named").unwrap();
+    assert_eq!((named.ino, named.nlink), (t.ino, 1));
+    // Once: unlinked again, it cannot be named a second time (as Linux's I_LINKABLE).
+    fs.unlink(&U, ROOT, b"named").unwrap();
+    assert_eq!(errno(fs.link(&U, t.ino, ROOT, b"again")), libc::ENOENT);
+    fs.release(t.ino, fh).unwrap();
+    let (t, fh) = fs.tmpfile(&U, ROOT, 0o640, libc::O_RDWR).unwrap();
+    fs.write(t.ino, fh, 0, b"kept").unwrap();
+    fs.link(&U, t.ino, ROOT, b"kept").unwrap();
+    fs.release(t.ino, fh).unwrap();
+    // With O_EXCL it never gets a name.
+    let (x, xfh) = fs
+        .tmpfile(&U, ROOT, 0o600, libc::O_RDWR | libc::O_EXCL)
+        .unwrap();
+    assert_eq!(errno(fs.link(&U, x.ino, ROOT, b"excl")), libc::ENOENT);
+    fs.release(x.ino, xfh).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_clean(&m, &d);
+    let fs = Fs::mount(m.clone(), d.clone(), MountOptions::default()).unwrap();
+    let kept = fs.lookup(ROOT, b"kept").unwrap();
+    assert_eq!((kept.nlink, kept.perm), (1, 0o640));
+    assert_eq!(fs.read(kept.ino, NO_HANDLE, 0, 10).unwrap(), b"kept");
+    assert_eq!(errno(fs.lookup(ROOT, b"again")), libc::ENOENT);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_clean(&m, &d);
+}
+
+#[test]
+fn an_unnamed_file_open_at_a_crash_is_freed_at_the_next_mount() {
+    let (m, d, fs) = fresh();
+    let before = free_blocks(&fs);
+    let (t, fh) = fs.tmpfile(&U, ROOT, 0o600, libc::O_RDWR).unwrap();
+    fs.write(t.ino, fh, 0, &[9u8; 30_000]).unwrap();
+    fs.sync_log().unwrap(); // the orphan and its blocks reach the log
+    let (m2, d2) = crash_copy(&m, &d);
+    let fs2 = Fs::mount(m2.clone(), d2.clone(), MountOptions::default()).unwrap();
+    assert_eq!(fs2.recovery().orphans_freed, 1);
+    assert_eq!(errno(fs2.getattr(t.ino)), libc::ENOENT);
+    assert_eq!(free_blocks(&fs2), before);
+    fs2.unmount().unwrap();
+    drop(fs2);
+    assert_clean(&m2, &d2);
+    fs.release(t.ino, fh).unwrap();
+    fs.unmount().unwrap();
+}
