@@ -357,6 +357,18 @@ impl Model {
                 }
                 ino.attrs.remove(name).map(drop).ok_or(libc::ENODATA)
             }
+            Op::Tmpfile { path, len } => {
+                // The link is what can fail (the file, closed unnamed, is freed: no change);
+                // linked, the file is Creat's with one Write at 0 (its data bytes are the op's,
+                // and a crash may lose them as a Write's: see `Recording::born_empty`).
+                let Found::At(parent, name, existing) = self.find(path)?;
+                if existing.is_some() {
+                    return Err(libc::EEXIST);
+                }
+                let id = self.alloc(Body::File(Vec::new()), 0o644);
+                self.entries_mut(parent).insert(name, id);
+                self.write(gi, path, Some(0), *len, writes)
+            }
         }
     }
 

@@ -94,6 +94,13 @@ pub enum Op {
         path: String,
         name: String,
     },
+    /// open(O_TMPFILE | O_WRONLY, 0644) in the directory of `path`, a pwrite of `len` pattern
+    /// bytes at 0 through that handle, linkat to `path`, close: the file gets its name only
+    /// once its data is written. A failed link fails the op; the file, closed unnamed, is freed.
+    Tmpfile {
+        path: String,
+        len: u64,
+    },
 }
 
 /// The fallocate modes the workloads use.
@@ -182,6 +189,7 @@ impl fmt::Display for Op {
             Op::Unmount => write!(f, "unmount"),
             Op::SetXattr { path, name, len } => write!(f, "setxattr {path} {name} ({len} bytes)"),
             Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
+            Op::Tmpfile { path, len } => write!(f, "tmpfile +{len}, link as {path}"),
         }
     }
 }
@@ -356,6 +364,7 @@ pub fn exec(fs: &Fs, op: &Op, gi: usize, held: &mut Held) -> Result<(), i32> {
             let ino = lookup_path(fs, path)?;
             fs.removexattr(&WHO, ino, name.as_bytes()).map_err(errno)
         }
+        Op::Tmpfile { path, len } => tmpfile(fs, gi, path, *len),
     }
 }
 
@@ -379,6 +388,23 @@ fn write(fs: &Fs, gi: usize, path: &str, off: Option<u64>, len: u64) -> Result<(
         Ok(n) => panic!("short write: {n} of {len}"),
         Err(e) => Err(errno(e)),
     }
+}
+
+/// O_TMPFILE, write, link, close (see `Op::Tmpfile`).
+fn tmpfile(fs: &Fs, gi: usize, path: &str, len: u64) -> Result<(), i32> {
+    let (parent, name) = parent_of(fs, path)?;
+    let flags = libc::O_WRONLY | libc::O_TMPFILE;
+    let (a, fh) = fs.tmpfile(&WHO, parent, 0o644, flags).map_err(errno)?;
+    let r = match fs.write(a.ino, fh, 0, &pattern_bytes(gi, 0, len)) {
+        Ok(n) if n as u64 == len => Ok(()),
+        Ok(n) => panic!("short write: {n} of {len}"),
+        Err(e) => Err(errno(e)),
+    };
+    // Named only after its data is written; unnamed (the write or the link failed), the close
+    // frees it.
+    let r = r.and_then(|()| fs.link(&WHO, a.ino, parent, &name).map_err(errno));
+    fs.release(a.ino, fh).map_err(errno)?;
+    r.map(drop)
 }
 
 fn fallocate(fs: &Fs, path: &str, mode: Falloc, off: u64, len: u64) -> Result<(), i32> {

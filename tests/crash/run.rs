@@ -152,6 +152,10 @@ pub struct Recording {
     writes: BTreeMap<Id, Vec<DataWrite>>,
     /// Recorded ops that changed each file's content.
     touched: BTreeMap<Id, Vec<usize>>,
+    /// Files an O_TMPFILE op made and named, with that recorded op: inside it each was empty
+    /// (and unnamed) until its data was written, as a created file is until its first write,
+    /// so with the data cache a crash may show it empty (see `lagging_sizes`).
+    born_empty: BTreeMap<Id, usize>,
     pub end: u64,
     /// Operations refused with ENOSPC.
     pub enospc: usize,
@@ -297,6 +301,7 @@ pub fn record_in(base: &Base, w: &Workload, delayed: bool) -> Recording {
     let mut writes = base.writes.clone();
     let mut models = vec![model.clone()];
     let mut touched: BTreeMap<Id, Vec<usize>> = BTreeMap::new();
+    let mut born_empty = BTreeMap::new();
     let (mut starts, mut ends, mut ok) = (Vec::new(), Vec::new(), Vec::new());
     let mut fs: Option<Arc<Fs>> = None;
     let mut held: Held = None;
@@ -348,6 +353,12 @@ pub fn record_in(base: &Base, w: &Workload, delayed: bool) -> Recording {
                 w.id
             );
         }
+        // The file an O_TMPFILE op names did not exist before it: its data changed in the op.
+        if let (Op::Tmpfile { path, .. }, Ok(())) = (op, got) {
+            let id = model.resolve(path).expect("the model names it");
+            touched.entry(id).or_default().push(i);
+            born_empty.insert(id, i);
+        }
         ok.push(got.is_ok());
         errs.push(got.err().unwrap_or(0));
         models.push(model.clone());
@@ -374,6 +385,7 @@ pub fn record_in(base: &Base, w: &Workload, delayed: bool) -> Recording {
         views,
         writes,
         touched,
+        born_empty,
         end,
         enospc,
         errs,
@@ -1074,8 +1086,9 @@ fn changed_since(rec: &Recording, id: Id, lo: usize, hi: usize) -> bool {
 
 /// With the data cache, a file's writes since the durable point may be missing as a whole
 /// (they were cached, not written back, when the log was written): such a file may show any
-/// size it had after the durable point, up to prefix `p`. Everything else still matches the
-/// prefix: names, links, modes, directories, files not written since. (ext4's delayed
+/// size it had after the durable point, up to prefix `p` (an O_TMPFILE file named since then
+/// also the 0 it had before its write, as a created file has). Everything else still matches
+/// the prefix: names, links, modes, directories, files not written since. (ext4's delayed
 /// allocation gives the same: the on-disk size moves at write-back.)
 fn lagging_sizes(rec: &Recording, found: &View, p: usize, lo: usize, hi: usize) -> View {
     let mut want = rec.views[p].clone();
@@ -1089,8 +1102,10 @@ fn lagging_sizes(rec: &Recording, found: &View, p: usize, lo: usize, hi: usize) 
         if w.kind != Kind::File || f.kind != Kind::File || f.size == w.size {
             continue;
         }
+        let born_empty =
+            f.size == 0 && rec.born_empty.get(&w.id).is_some_and(|&i| lo <= i && i < p);
         if changed_since(rec, w.id, lo, hi)
-            && (lo..=p).any(|q| rec.models[q].file_size(w.id) == Some(f.size))
+            && ((lo..=p).any(|q| rec.models[q].file_size(w.id) == Some(f.size)) || born_empty)
         {
             w.size = f.size;
         }

@@ -42,11 +42,29 @@ pub fn ace_setup() -> Vec<Op> {
     ]
 }
 
-/// Every core operation over the small tree (64 of them, then the fallocate ones).
+/// Every core operation over the small tree (the namespace, data and attribute ones, then the
+/// fallocate ones, then the O_TMPFILE ones).
 pub fn ace_core_ops() -> Vec<Op> {
     let mut v = ace_namespace_and_data_ops();
     v.extend(ace_falloc_ops());
+    v.extend(ace_tmpfile_ops());
     v
+}
+
+/// O_TMPFILE, written, then linked: as B/foo (free in the setup: a new file of two blocks
+/// and a partial one), and as A/bar (taken: the link fails, the file is freed unnamed). After
+/// the fallocate ops, so that their numbers stay.
+pub fn ace_tmpfile_ops() -> Vec<Op> {
+    vec![
+        Op::Tmpfile {
+            path: s("B/foo"),
+            len: 9000,
+        },
+        Op::Tmpfile {
+            path: s("A/bar"),
+            len: 5000,
+        },
+    ]
 }
 
 /// fallocate in every mode on the two files of the setup (A/foo: 9000 bytes, A/bar: 3000):
@@ -181,7 +199,8 @@ fn main_path(op: &Op) -> String {
         | Op::Chmod { path, .. }
         | Op::Fallocate { path, .. }
         | Op::SetXattr { path, .. }
-        | Op::RemoveXattr { path, .. } => path.clone(),
+        | Op::RemoveXattr { path, .. }
+        | Op::Tmpfile { path, .. } => path.clone(),
         Op::Link { to, .. } | Op::Rename { to, .. } => to.clone(),
         _ => String::new(),
     }
@@ -399,11 +418,18 @@ fn mixed_op(rng: &mut StdRng, r: u32, f: String) -> Op {
             },
             len: data_len(rng),
         },
-        30..=39 => Op::Append {
+        30..=38 => Op::Append {
             path: f,
             len: data_len(rng),
         },
-        40..=46 => Op::Truncate {
+        // A name of the pools, free or taken (the link fails, the file is freed unnamed). Its
+        // two numbers, one of Append's and one of Truncate's, are ones the workload of the
+        // pinned case random/14979686767498039267 never draws: it still names the same ops.
+        39..=40 => Op::Tmpfile {
+            path: rand_file(rng),
+            len: data_len(rng),
+        },
+        41..=46 => Op::Truncate {
             path: f,
             size: rng.gen_range(0..60_000),
         },
@@ -479,7 +505,11 @@ fn churn_op(rng: &mut StdRng, r: u32, f: String) -> Op {
             from: f,
             to: rand_file(rng),
         },
-        67..=93 => persist(rng, f),
+        67..=68 => Op::Tmpfile {
+            path: rand_file(rng),
+            len: rng.gen_range(1..8000),
+        },
+        69..=93 => persist(rng, f),
         _ => Op::Clean,
     }
 }

@@ -309,7 +309,12 @@ impl Fs {
 
     /// Free an inode found with no links at mount (open-unlinked before a crash).
     pub(crate) fn free_orphan(&self, ino: u64) -> Result<()> {
-        let e = self.inode(ino)?;
+        // The intent log's replay may have named it (an O_TMPFILE file linked after the log
+        // took it unnamed) or freed it since the mount listed it.
+        let e = match self.inode(ino) {
+            Err(FsError::Errno(libc::ENOENT)) => return Ok(()),
+            r => r?,
+        };
         let _op = e.op.lock_arc();
         if self.removed_and_unused(ino, &e.state.read()) {
             log::info!("freeing orphan inode {ino}");

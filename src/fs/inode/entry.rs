@@ -152,6 +152,12 @@ pub struct InodeEntry {
 impl InodeEntry {
     /// A cached inode, clean (`Fs::mark_dirty` puts it in the dirty set).
     pub fn new(d: DiskInode, placing: &Arc<Placing>) -> Arc<InodeEntry> {
+        // A regular file with no link read from the log is an orphan that some kernel may
+        // still hold: a running daemon never evicts one, so only a mount's replay or a
+        // successor loads it, and there the kernel alone knows whether it is an O_TMPFILE file
+        // it may still name (it sends LINK only then), and a LINK record replayed names one
+        // that was. A new inode's maker sets the flag itself (`Fs::make_unnamed`).
+        let linkable = d.nlink == 0 && d.mode & libc::S_IFMT == libc::S_IFREG;
         Arc::new(InodeEntry {
             ino: d.ino,
             op: crate::lockcheck::ArcMutex::across_io("inode op", Rank::INODE_OP, d.ino, ()),
@@ -173,7 +179,7 @@ impl InodeEntry {
                         window_used: false,
                         snapshot_part: None,
                         cache: None,
-                        linkable: false,
+                        linkable,
                     },
                 ),
             },

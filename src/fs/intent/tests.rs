@@ -560,3 +560,65 @@ fn an_unnamed_file_outlives_its_daemon_and_the_successor_can_name_it() {
     fs.commit().unwrap();
     unmount_and_check(fs, &m, &d, "after the successor");
 }
+
+/// The log may hold an unnamed file before its name comes (here a flush between the two): the
+/// next mount then replays only the LINK, of an inode it reads with no link, and a successor
+/// gets the kernel's LINK of one. Both must name it.
+#[test]
+fn an_unnamed_file_the_log_holds_can_still_be_named_after_a_death() {
+    for successor in [false, true] {
+        let dir = IntentDir::new(&format!("unnamed-logged-{successor}"));
+        let (m, d) = devices(32, 64);
+        let o = opts(&dir, 0);
+        let fs = Fs::mount(m.clone(), d.clone(), o.clone()).unwrap();
+        fs.begin_kernel_session(false);
+        let (t, fh) = fs.tmpfile(&U, ROOT, 0o640, libc::O_RDWR).unwrap();
+        fs.write(t.ino, fh, 0, b"logged unnamed").unwrap();
+        fs.sync_log().unwrap();
+        let fs = if successor {
+            let fs = die_and_take_over(fs, &m, &d, &o);
+            fs.link(&U, t.ino, ROOT, b"named").unwrap();
+            fs.release(t.ino, fh).unwrap();
+            fs.forget(t.ino, 2);
+            fs
+        } else {
+            fs.link(&U, t.ino, ROOT, b"named").unwrap();
+            fs.release(t.ino, fh).unwrap();
+            let fs = die_and_remount(fs, &m, &d, &o);
+            let replay = fs.intent_replay();
+            assert_eq!((replay.operations, replay.failed), (1, 0), "{replay:?}");
+            fs
+        };
+        let named = fs.lookup(ROOT, b"named").unwrap();
+        assert_eq!(named.nlink, 1);
+        assert_eq!(
+            fs.read(named.ino, NO_HANDLE, 0, 100).unwrap(),
+            b"logged unnamed"
+        );
+        fs.commit().unwrap();
+        unmount_and_check(fs, &m, &d, &format!("successor {successor}"));
+    }
+}
+
+/// The mount lists the orphans the log holds before it replays, and the replay may name or
+/// free them: an unnamed file the log took, then named, written and removed before a death.
+#[test]
+fn an_orphan_the_replay_frees_is_not_freed_twice() {
+    let dir = IntentDir::new("unnamed-freed");
+    let (m, d) = devices(32, 64);
+    let o = opts(&dir, 0);
+    let fs = Fs::mount(m.clone(), d.clone(), o.clone()).unwrap();
+    let (t, fh) = fs.tmpfile(&U, ROOT, 0o640, libc::O_RDWR).unwrap();
+    fs.write(t.ino, fh, 0, &[1u8; 5000]).unwrap();
+    fs.sync_log().unwrap();
+    fs.link(&U, t.ino, ROOT, b"named").unwrap();
+    fs.write(t.ino, fh, 5000, &[2u8; 9000]).unwrap();
+    fs.release(t.ino, fh).unwrap();
+    fs.unlink(&U, ROOT, b"named").unwrap();
+    let fs = die_and_remount(fs, &m, &d, &o);
+    let replay = fs.intent_replay();
+    assert_eq!(replay.failed, 0, "{replay:?}");
+    assert!(fs.getattr(t.ino).is_err(), "freed by the replayed unlink");
+    assert!(fs.lookup(ROOT, b"named").is_err());
+    unmount_and_check(fs, &m, &d, "after the replay");
+}
