@@ -10,7 +10,7 @@
 #   bench/seqio.sh --perf dualfs                # perf record -g of the daemon, both phases
 #
 # Options: --mib N (file size, default 1024), --rounds N (default 3), --fs "LIST" (dualfs,
-# dualfs-wb, ext2, ext3, ext4; default "dualfs ext4"), --image-size SIZE (default 4G),
+# dualfs-wb, dualfs-ring, dualfs-dev, ext2, ext3, ext4; default "dualfs ext4"), --image-size SIZE (default 4G),
 # --base DIR (dualfs and mkfs-dualfs of another build, e.g. before a change), --perf "LIST"
 # (profiles in $BENCH_PERF_DIR, see lib.sh), --out DIR (DIR/seqio.csv).
 #
@@ -39,7 +39,7 @@ done
 # shellcheck disable=SC2086
 bench_check_fs_list $FS_LIST
 for f in $FS_LIST; do
-    case "$f" in dualfs | dualfs-wb | ext2 | ext3 | ext4) ;; *) echo "$f: not measured here" >&2; usage 2 ;; esac
+    case "$f" in dualfs | dualfs-wb | dualfs-ring | dualfs-dev | ext2 | ext3 | ext4) ;; *) echo "$f: not measured here" >&2; usage 2 ;; esac
 done
 if [ -n "$BASE" ] && { [ ! -x "$BASE/dualfs" ] || [ ! -x "$BASE/mkfs-dualfs" ]; }; then
     bench_die "--base $BASE: no dualfs and mkfs-dualfs there"
@@ -49,7 +49,7 @@ bench_init
 bench_install e2fsprogs
 [ -n "$PERF" ] && bench_install linux-perf
 case " $FS_LIST " in
-    *" dualfs "* | *" dualfs-wb "*)
+    *" dualfs"*)
         bench_log "building DualFS (release) into $CARGO_TARGET_DIR"
         (cd "$BENCH_REPO" && cargo build --release --workspace --exclude dualfs-bench-fuse --quiet) ||
             bench_die "DualFS build failed" ;;
@@ -113,7 +113,9 @@ done
 for col in $COLUMNS_FS; do
     case "$col" in ext*) continue ;; esac
     for ref in $FS_LIST; do
-        case "$ref" in ext*) ;; *) continue ;; esac
+        # Over kernel ext*, and DualFS over io_uring over DualFS over /dev/fuse.
+        case "$ref" in ext* | dualfs-dev) ;; *) continue ;; esac
+        [ "$ref" = "$col" ] && continue
         echo "$(label "$col") / $(label "$ref"): write+fsync" \
             "$(bench_ratio "${MED[$col|write]}" "${MED[$ref|write]}"), cold read" \
             "$(bench_ratio "${MED[$col|read]}" "${MED[$ref|read]}")"

@@ -134,13 +134,11 @@ fn die_and_take_over(
     d: &Arc<dyn BlockDevice>,
     o: &MountOptions,
 ) -> Arc<Fs> {
-    fs.shutdown();
-    drop(fs);
     let successor = MountOptions {
         successor_of_dead: Some(1),
         ..o.clone()
     };
-    let fs = Fs::mount(m.clone(), d.clone(), successor).unwrap();
+    let fs = die_and_remount(fs, m, d, &successor);
     fs.begin_kernel_session(false);
     fs
 }
