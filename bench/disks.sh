@@ -43,7 +43,9 @@
 #   one disk (an HDD of --model): ext2, ext3, ext4, xfs (kernel, their image at address 0,
 #     through a loop device with direct I/O), dualfs (metadata partition at address 0, data
 #     partition right after it, both opened by DualFS on the disk), dualfs-wb (the same with
-#     -o writeback_cache).
+#     -o writeback_cache), dualfs-nora (the same without read-ahead in its log or of its file
+#     data: -o log_readahead=0,data_readahead=0). DUALFS_OPTS in the environment: more -o
+#     options for every DualFS configuration.
 #   split (metadata on an SSD of --ssd-model, data on the HDD):
 #     ext4-ssdjournal  ext4 on the HDD, its journal on the SSD (mke2fs -O journal_dev; the size
 #                      mkfs.ext4 gives an internal journal of that file system)
@@ -111,7 +113,7 @@ export BENCH_TMPDIR="${BENCH_TMPDIR:-/dev/shm}"
 . "$(dirname "$0")/lib.sh"
 
 ALL_PHASES="kc-1p kc-8p postmark cleaner cold-scan cold-tar"
-KNOWN_CONFIGS="ext2 ext3 ext4 xfs dualfs dualfs-wb ext4-ssdjournal xfs-rt xfs-ssdlog dualfs-ssdmeta"
+KNOWN_CONFIGS="ext2 ext3 ext4 xfs dualfs dualfs-wb dualfs-nora ext4-ssdjournal xfs-rt xfs-ssdlog dualfs-ssdmeta"
 PHASES=$ALL_PHASES CONFIGS="ext2 ext3 ext4 xfs dualfs ext4-ssdjournal xfs-rt dualfs-ssdmeta"
 FILES=20000 TRANSACTIONS=50000 SUBDIRS=100 MIN_SIZE=500 MAX_SIZE=10000
 MODEL=paper5400 SSD_MODEL=ssd CAPACITY="" IMAGE="" META="" WRITE_CACHE=""
@@ -512,7 +514,7 @@ mkfs_cfg() {
 # layout CFG: L_FILES (diskmodel's --file arguments) and L_IMAGES (the images, HDD's first).
 layout() {
     case "$1" in
-        dualfs | dualfs-wb | dualfs-noclean) L_FILES=(--file meta.img:d:0 --file "data.img:d:$G_META") L_IMAGES="meta.img data.img" ;;
+        dualfs | dualfs-wb | dualfs-nora | dualfs-noclean) L_FILES=(--file meta.img:d:0 --file "data.img:d:$G_META") L_IMAGES="meta.img data.img" ;;
         dualfs-ssdmeta) L_FILES=(--file data.img:d:0 --file meta.img:s:0) L_IMAGES="data.img meta.img" ;;
         ext4-ssdjournal) L_FILES=(--file fs.img:d:0 --file journal.img:s:0) L_IMAGES="fs.img journal.img" ;;
         xfs-rt) L_FILES=(--file rt.img:d:0 --file fs.img:s:0) L_IMAGES="rt.img fs.img" ;;
@@ -536,6 +538,8 @@ fs_up() {
     mkdir -p "$UP_MNT"
     if is_dualfs_cfg "$cfg"; then
         [ "$cfg" = dualfs-wb ] && opts="${opts:+$opts,}writeback_cache"
+        [ "$cfg" = dualfs-nora ] && opts="${opts:+$opts,}log_readahead=0,data_readahead=0"
+        [ -n "${DUALFS_OPTS:-}" ] && opts="${opts:+$opts,}$DUALFS_OPTS"
         BENCH_MOUNTS+=("dualfs|$UP_MNT")   # unmounted with `dualfs umount` (waits for its last write)
         "$DUALFS_BIN" mount "$UP_DIR/meta.img" "$UP_DIR/data.img" "$UP_MNT" ${opts:+-o "$opts"} || return 1
     else

@@ -44,6 +44,10 @@ pub struct MountSettings {
     pub fsname: Option<String>,
     pub subtype: Option<String>,
     pub cache_bytes: Option<u64>,
+    /// `log_readahead=SIZE`: bytes a cold read of a log block reads around it (0: none).
+    pub log_readahead: Option<u64>,
+    /// `data_readahead=SIZE`: bytes a small read of file data reads from its start (0: none).
+    pub data_readahead: Option<u64>,
     /// `data_cache=SIZE`: written data held before it gets blocks (0: none).
     pub data_cache_bytes: Option<u64>,
     pub data_expire: Option<Duration>,
@@ -157,6 +161,17 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     (
         "cache_size=SIZE",
         "metadata cache budget, e.g. 512M or 2G (default 256M)",
+    ),
+    (
+        "log_readahead=SIZE",
+        "a metadata block read from the log brings the blocks written beside it, SIZE bytes \
+         around it within its segment, kept until they are asked for (default 64K; 0: none)",
+    ),
+    (
+        "data_readahead=SIZE",
+        "a small read of file data that misses reads SIZE bytes of the data device from its \
+         start and keeps the rest until asked for: the next files of a directory written \
+         together come from memory (default 64K; 0: none)",
     ),
     (
         "data_cache=SIZE",
@@ -428,6 +443,19 @@ pub(super) fn apply_option(s: &mut MountSettings, option: &str) -> Result<(), Cl
             let text = needs_value(key, value, "SIZE")?;
             s.cache_bytes = Some(parse_size(text).map_err(|e| bad_value(key, text, &e))?);
         }
+        "log_readahead" | "data_readahead" => {
+            let text = needs_value(key, value, "SIZE")?;
+            let bytes = if text == "0" {
+                0
+            } else {
+                parse_size(text).map_err(|e| bad_value(key, text, &e))?
+            };
+            if key == "log_readahead" {
+                s.log_readahead = Some(bytes);
+            } else {
+                s.data_readahead = Some(bytes);
+            }
+        }
         "data_cache" => {
             let text = needs_value(key, value, "SIZE")?;
             s.data_cache_bytes = Some(if text == "0" {
@@ -695,6 +723,8 @@ impl MountSettings {
         MountOptions {
             read_only: self.read_only,
             cache_bytes: self.cache_bytes.unwrap_or(defaults.cache_bytes),
+            log_readahead: self.log_readahead.unwrap_or(defaults.log_readahead),
+            data_readahead: self.data_readahead.unwrap_or(defaults.data_readahead),
             flush_interval: self.flush_interval.unwrap_or(defaults.flush_interval),
             checkpoint_interval: self
                 .checkpoint_interval
@@ -804,11 +834,20 @@ mod tests {
     fn dualfs_options() {
         let s = parse(&[
             "cache_size=2G,flush_interval=0.5,checkpoint_interval=60,writeback_cache,ttl=0",
-            "data_cache=16M,data_expire=10",
+            "data_cache=16M,data_expire=10,log_readahead=128K,data_readahead=256K",
         ])
         .unwrap();
         let core = s.core_options();
         assert_eq!(core.cache_bytes, 2 << 30);
+        assert_eq!(core.log_readahead, 128 << 10);
+        assert_eq!(core.data_readahead, 256 << 10);
+        assert_eq!(
+            parse(&["log_readahead=0"])
+                .unwrap()
+                .core_options()
+                .log_readahead,
+            0
+        );
         assert_eq!(core.data_cache_bytes, 16 << 20);
         assert_eq!(core.data_expire, Duration::from_secs(10));
         assert_eq!(

@@ -10,6 +10,7 @@ pub mod fence;
 pub mod file;
 pub mod memory;
 pub mod probe;
+pub mod readahead;
 pub mod recording;
 
 pub use file::{DeviceIo, DeviceKind, FileDevice, OpenMode};

@@ -47,6 +47,14 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Budget for cached metadata (inodes, indirect blocks, tree nodes), bytes.
     pub cache_bytes: u64,
+    /// Bytes a cold read of one log block reads around it (its aligned cluster, inside its
+    /// segment), keeping the rest for the reads that follow (device/readahead.rs); 0 or one
+    /// block: none. Kept blocks take at most `cache_bytes` / 32.
+    pub log_readahead: u64,
+    /// Bytes a small read of file data that misses reads from its start on, keeping the rest
+    /// for the reads that follow (the next files of a directory written together); 0 or one
+    /// block: none. Kept blocks take at most `cache_bytes` / 32.
+    pub data_readahead: u64,
     /// How often dirty metadata is written to the log (bounds what a crash loses).
     pub flush_interval: Duration,
     /// How often a checkpoint is written (bounds recovery time).
@@ -92,6 +100,8 @@ impl Default for MountOptions {
         MountOptions {
             read_only: false,
             cache_bytes: 256 << 20,
+            log_readahead: 64 << 10,
+            data_readahead: 64 << 10,
             flush_interval: Duration::from_secs(5),
             checkpoint_interval: Duration::from_secs(30),
             checkpoint_segments: 32,
@@ -131,6 +141,13 @@ pub struct Stats {
     pub log_blocks_written: u64,
     /// Of those, by checkpoints.
     pub checkpoint_blocks_written: u64,
+    /// Clusters read around a log block read that missed (`log_readahead`), and block reads
+    /// those clusters served afterwards without the device.
+    pub log_clusters_read: u64,
+    pub log_blocks_read_ahead_used: u64,
+    /// The same for file data (`data_readahead`).
+    pub data_clusters_read: u64,
+    pub data_blocks_read_ahead_used: u64,
 }
 
 /// What mount found and did: the checkpoint it started from and what roll-forward replayed.
@@ -215,7 +232,12 @@ impl Fs {
     }
 
     pub fn stats(&self) -> Stats {
-        self.log.stats()
+        let data = self.alloc.read_ahead_stats();
+        Stats {
+            data_clusters_read: data.cluster_reads,
+            data_blocks_read_ahead_used: data.hits,
+            ..self.log.stats()
+        }
     }
 
     /// What the mount found and recovered.

@@ -4,6 +4,7 @@ use super::inode::InodeEntry;
 use super::{Fs, MountOptions, Recovery};
 use crate::betree::BeTree;
 use crate::device::fence::Fence;
+use crate::device::readahead::{Clusters, Window};
 use crate::device::BlockDevice;
 use crate::format::meta::{pointers_per_block, IMAP_ORPHAN, SEG_ACTIVE};
 use crate::format::superblock::{Role, Superblock};
@@ -141,8 +142,34 @@ impl Fs {
         let ppb = pointers_per_block(sb.block_size) as u64;
         let fs = Fs {
             ppb,
-            log: super::commit::log_commit::LogCommit::new(sb.clone(), meta, ifile, node_map, head),
-            alloc: super::data::alloc::DataAlloc::new(Arc::new(Fence::new(data)), data_map, ppb),
+            log: super::commit::log_commit::LogCommit::new(
+                sb.clone(),
+                meta,
+                ifile,
+                node_map,
+                head,
+                Clusters {
+                    block: sb.block_size as u64,
+                    cluster: opts.log_readahead - opts.log_readahead % sb.block_size as u64,
+                    unit: sb.segment_blocks as u64 * sb.block_size as u64,
+                    first: sb.segment_blocks as u64 * sb.block_size as u64,
+                    budget: opts.cache_bytes / 32,
+                    window: Window::Aligned,
+                },
+            ),
+            alloc: super::data::alloc::DataAlloc::new(
+                Arc::new(Fence::new(data)),
+                data_map,
+                ppb,
+                Clusters {
+                    block: sb.block_size as u64,
+                    cluster: opts.data_readahead - opts.data_readahead % sb.block_size as u64,
+                    unit: 0,
+                    first: sb.block_size as u64,
+                    budget: opts.cache_bytes / 32,
+                    window: Window::Forward,
+                },
+            ),
             ns: super::namespace::Namespace::new(
                 tree,
                 (opts.cache_bytes / 8 / sb.block_size as u64) as usize,

@@ -10,6 +10,7 @@
 //! the namespace.
 
 use crate::device::fence::Fence;
+use crate::device::readahead::{Clusters, ReadAhead};
 use crate::device::BlockDevice;
 use crate::format::meta::ImapEntry;
 use crate::format::superblock::Superblock;
@@ -60,8 +61,11 @@ impl TableGuards<'_> {
 
 pub(crate) struct LogCommit {
     sb: Arc<Superblock>,
-    /// The metadata device, behind the fence `shutdown` cuts.
-    meta: Arc<Fence>,
+    /// The fence `shutdown` cuts in front of the metadata device.
+    fence: Arc<Fence>,
+    /// The metadata device as the log reads and writes it: through the fence, with
+    /// read-ahead of its clusters.
+    meta: Arc<ReadAhead>,
     /// The IFile (inode map and segment usage: one meta file) and the node map, each under
     /// its own lock (`Rank::IFILE`, `Rank::NODE_MAP`).
     ifile: NoIoMutex<Ifile>,
@@ -105,8 +109,10 @@ impl LogCommit {
         ifile: Ifile,
         node_map: NodeMap,
         head: LogHead,
+        read_ahead: Clusters,
     ) -> LogCommit {
-        let meta = Arc::new(Fence::new(meta));
+        let fence = Arc::new(Fence::new(meta));
+        let meta = Arc::new(ReadAhead::new(fence.clone(), read_ahead));
         let writer = LogWriter::new(sb.clone(), meta.clone(), head);
         LogCommit {
             ifile: NoIoMutex::ranked("ifile", Rank::IFILE, ifile),
@@ -144,6 +150,7 @@ impl LogCommit {
             #[cfg(test)]
             fail_next_plan: AtomicBool::new(false),
             sb,
+            fence,
             meta,
         }
     }
@@ -157,11 +164,11 @@ impl LogCommit {
 
     /// Stop every access to the metadata device (`Fs::shutdown`).
     pub(crate) fn cut(&self) {
-        self.meta.cut();
+        self.fence.cut();
     }
 
     pub(crate) fn is_cut(&self) -> bool {
-        self.meta.is_cut()
+        self.fence.is_cut()
     }
 
     // ---- The tables.
@@ -262,7 +269,12 @@ impl LogCommit {
     // ---- Counters.
 
     pub(crate) fn stats(&self) -> Stats {
-        *self.stats.lock()
+        let read_ahead = self.meta.stats();
+        Stats {
+            log_clusters_read: read_ahead.cluster_reads,
+            log_blocks_read_ahead_used: read_ahead.hits,
+            ..*self.stats.lock()
+        }
     }
 
     /// A transaction of `log_blocks` blocks (summaries included) was written.

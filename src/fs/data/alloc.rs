@@ -15,6 +15,7 @@
 //! So windowed blocks are free space, and statfs counts them as free (`Windows::blocks`).
 
 use crate::device::fence::Fence;
+use crate::device::readahead::{Clusters, ReadAhead, ReadAheadStats};
 use crate::device::BlockDevice;
 use crate::format::bmap::DataPtr;
 use crate::format::summary::Record;
@@ -71,8 +72,11 @@ impl Windows {
 /// applies its allocations and frees to the bitmaps (`lock_map`, with the other tables);
 /// everything else goes through the methods here.
 pub(crate) struct DataAlloc {
-    /// The data device, behind the fence `shutdown` cuts.
+    /// The fence `shutdown` cuts in front of the data device.
     fence: Arc<Fence>,
+    /// The data device as file data is read and written: through the fence, with read-ahead
+    /// of clusters from each small read on (`data_readahead`).
+    dev: Arc<ReadAhead>,
     /// The data bitmaps and group descriptors (`Rank::DATA_MAP`).
     map: NoIoMutex<DataMap>,
     /// Data blocks reserved for files' next writes.
@@ -90,8 +94,14 @@ pub(crate) struct DataAlloc {
 }
 
 impl DataAlloc {
-    pub(crate) fn new(fence: Arc<Fence>, map: DataMap, ppb: u64) -> DataAlloc {
+    pub(crate) fn new(
+        fence: Arc<Fence>,
+        map: DataMap,
+        ppb: u64,
+        read_ahead: Clusters,
+    ) -> DataAlloc {
         DataAlloc {
+            dev: Arc::new(ReadAhead::new(fence.clone(), read_ahead)),
             fence,
             map: NoIoMutex::ranked("data map", Rank::DATA_MAP, map),
             windows: Default::default(),
@@ -104,7 +114,12 @@ impl DataAlloc {
 
     /// The data device (reads and writes of file data).
     pub(crate) fn dev(&self) -> &dyn BlockDevice {
-        &*self.fence
+        &*self.dev
+    }
+
+    /// What read-ahead of file data saved and cost.
+    pub(crate) fn read_ahead_stats(&self) -> ReadAheadStats {
+        self.dev.stats()
     }
 
     /// File data was written: the next log write flushes the data device first.

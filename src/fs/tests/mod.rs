@@ -6,6 +6,7 @@ use crate::mkfs::{mkfs, MkfsParams};
 
 mod locks;
 pub(super) mod node_ids;
+mod readahead;
 
 pub(super) const ROOT: u64 = crate::format::ROOT_INO;
 
@@ -22,6 +23,45 @@ pub(super) fn devices(meta_mb: u64, data_mb: u64) -> (Arc<dyn BlockDevice>, Arc<
     )
     .unwrap();
     (meta, data)
+}
+
+/// A device that counts the bytes written to it, the write requests, and the reads.
+pub(super) struct Counting {
+    inner: Arc<dyn BlockDevice>,
+    pub(super) written: std::sync::atomic::AtomicU64,
+    pub(super) requests: std::sync::atomic::AtomicU64,
+    pub(super) reads: std::sync::atomic::AtomicU64,
+}
+
+impl Counting {
+    pub(super) fn over(inner: Arc<dyn BlockDevice>) -> Arc<Counting> {
+        Arc::new(Counting {
+            inner,
+            written: Default::default(),
+            requests: Default::default(),
+            reads: Default::default(),
+        })
+    }
+}
+
+impl BlockDevice for Counting {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.written
+            .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::AcqRel);
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 pub(super) fn mount(meta: &Arc<dyn BlockDevice>, data: &Arc<dyn BlockDevice>) -> Arc<Fs> {

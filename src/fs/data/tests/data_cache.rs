@@ -5,45 +5,14 @@
 
 use crate::device::{BlockDevice, MemDevice};
 use crate::fs::data::seek::Whence;
-use crate::fs::tests::{crash_copy, devices, ROOT, U};
+use crate::fs::tests::{crash_copy, devices, Counting, ROOT, U};
 use crate::fs::*;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// A device that counts the bytes written to it, the write requests, and the reads.
-struct Counting {
-    inner: MemDevice,
-    written: AtomicU64,
-    requests: AtomicU64,
-    reads: AtomicU64,
-}
-
-impl BlockDevice for Counting {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.reads.fetch_add(1, Ordering::AcqRel);
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.written.fetch_add(buf.len() as u64, Ordering::AcqRel);
-        self.requests.fetch_add(1, Ordering::AcqRel);
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
+use std::sync::atomic::Ordering;
 
 /// A fresh file system whose 64 MiB data device counts what is written to it.
 fn counting_devices() -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>, Arc<Counting>) {
     let (m, _) = devices(32, 64);
-    let data = Arc::new(Counting {
-        inner: MemDevice::new(64 << 20),
-        written: AtomicU64::new(0),
-        requests: AtomicU64::new(0),
-        reads: AtomicU64::new(0),
-    });
+    let data = Counting::over(Arc::new(MemDevice::new(64 << 20)));
     let d: Arc<dyn BlockDevice> = data.clone();
     crate::mkfs::mkfs(m.clone(), d.clone(), &crate::mkfs::MkfsParams::default()).unwrap();
     (m, d, data)
