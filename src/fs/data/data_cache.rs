@@ -323,11 +323,9 @@ impl Fs {
             }
             self.alloc.mark_written();
         }
-        let charge = if promised > 0 {
-            self.block_range_charge(first, last)
-        } else {
-            0
-        };
+        // Blocks that get data blocks at the write-back charge the indirect blocks mapping
+        // them may dirty.
+        let write_bound = (promised > 0).then(|| self.block_range_charge(first, last));
         let added = new_blocks.len() as u64 * bs;
         let _g = self.gate_shared();
         let mut st = e.state.write();
@@ -366,7 +364,9 @@ impl Fs {
                 .copy_from_slice(&data[(n * bs + a as u64 - off) as usize..][..z - a]);
         }
         c.promised += promised;
-        c.charge += charge;
+        let charge = write_bound.map_or(0, |bound| {
+            c.charge_write(first, last, bound, |lo, hi| self.block_range_charge(lo, hi))
+        });
         st.d.blocks += promised;
         if end > st.d.size {
             st.d.size = end;

@@ -16,8 +16,13 @@ pub struct FileCache {
     /// write, less any truncate since.
     pub(in crate::fs) logged_size: u64,
     /// Log blocks writing the cache back may dirty (indirect blocks), counted in the log's
-    /// pending space from the write on.
+    /// pending space from the write on: the smaller of two bounds, `charged_writes` and the
+    /// bound over `charged_span` (`charge_write`).
     pub(in crate::fs) charge: u64,
+    /// The sum of the writes' own bounds (sparse writes far apart), and the file blocks
+    /// from the first to the last a write was charged for (many writes into one range).
+    pub(in crate::fs) charged_writes: u64,
+    pub(in crate::fs) charged_span: Option<(u64, u64)>,
     /// When the oldest of `blocks` was cached.
     pub(in crate::fs) since: Option<std::time::Instant>,
     /// The stamp of the first write cached (0: no intent log): the intent log keeps the
@@ -32,6 +37,27 @@ pub(in crate::fs) struct CachedBlock {
 }
 
 impl FileCache {
+    /// A write of file blocks `first..=last` that needs new data blocks, whose own bound is
+    /// `write_bound`, with `span_bound` the bound over a span of blocks: the charge grows to
+    /// the smaller bound; returns by how much (never less: both bounds only grow).
+    pub(in crate::fs) fn charge_write(
+        &mut self,
+        first: u64,
+        last: u64,
+        write_bound: u64,
+        span_bound: impl Fn(u64, u64) -> u64,
+    ) -> u64 {
+        self.charged_writes += write_bound;
+        let (lo, hi) = self
+            .charged_span
+            .map_or((first, last), |(lo, hi)| (lo.min(first), hi.max(last)));
+        self.charged_span = Some((lo, hi));
+        let charge = self.charged_writes.min(span_bound(lo, hi));
+        let more = charge.saturating_sub(self.charge);
+        self.charge = self.charge.max(charge);
+        more
+    }
+
     /// The size and block count a snapshot records for an inode whose in-memory ones are
     /// `size` and `blocks`.
     pub fn logged(&self, size: u64, blocks: u64) -> (u64, u64) {
