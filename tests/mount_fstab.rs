@@ -162,12 +162,21 @@ fn supervisor_of(pid: i32) -> Option<i32> {
     (comm.trim() == "dualfs").then_some(ppid)
 }
 
-/// Is `pid` alive (not a zombie)? The daemon is not our child: mount(8) started it.
+/// Is `pid` alive? The daemon is not our child (mount(8) started it), so once dead it may stay
+/// a zombie. A zombie is over only when it is its last thread: the leader of a threaded
+/// process shows as a zombie as soon as it exits itself, while its other threads, which
+/// share its descriptors (and the images' flock), may still be exiting.
 fn process_running(pid: i32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Ok(stat) => {
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            let threads = fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|d| d.count())
+                .unwrap_or(0);
+            !zombie || threads > 1
+        }
         Err(_) => false,
     }
 }
