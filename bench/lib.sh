@@ -52,7 +52,9 @@ BENCH_ALL_FS="dualfs dualfs-wb ext2 ext3 ext4 fuse2fs memfs"
 BENCH_EXTRA_FS="dualfs-slow dualfs-nointent dualfs-nosup dualfs-ring dualfs-dev ext4-slow memfs-ll memfs-ll-ring"
 BENCH_DUALFS_BASES="dualfs dualfs-wb dualfs-slow dualfs-nointent dualfs-nosup dualfs-ring dualfs-dev"
 URING_PARAM=/sys/module/fuse/parameters/enable_uring
-BENCH_URING_WAS=""           # enable_uring before this run switched it on (put back at the end)
+# enable_uring as this run found it, read here in the script's own shell: the file systems
+# that switch it on may be mounted in a subshell, whose variables the cleanup never sees.
+BENCH_URING_WAS=$(cat "$URING_PARAM" 2>/dev/null || true)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$BENCH_REPO/target}"
 DUALFS_BIN="$CARGO_TARGET_DIR/release/dualfs"
 MKFS_DUALFS_BIN="$CARGO_TARGET_DIR/release/mkfs-dualfs"
@@ -237,7 +239,6 @@ bench_is_fuse() { bench_is_dualfs "$1" && return 0; case "$1" in fuse2fs | memfs
 # ring command, so it stays on until bench_cleanup puts the old value back).
 _bench_ring_on() {
     [ -w "$URING_PARAM" ] || bench_die "this kernel has no FUSE over io_uring ($URING_PARAM)"
-    [ -z "$BENCH_URING_WAS" ] && BENCH_URING_WAS=$(cat "$URING_PARAM")
     echo Y >"$URING_PARAM"
 }
 
@@ -488,7 +489,9 @@ bench_cleanup() {
     done
     for mnt in "${!BENCH_LOOP[@]}"; do for l in ${BENCH_LOOP[$mnt]}; do losetup -d "$l"; done; done
     [ -n "$BENCH_TMP" ] && [ -d "$BENCH_TMP" ] && rm -rf "$BENCH_TMP"
-    [ -n "$BENCH_URING_WAS" ] && echo "$BENCH_URING_WAS" >"$URING_PARAM"
+    if [ -n "$BENCH_URING_WAS" ] && [ "$(cat "$URING_PARAM")" != "$BENCH_URING_WAS" ]; then
+        echo "$BENCH_URING_WAS" >"$URING_PARAM"
+    fi
     # A script's own undoing (settings it changed), after the unmounts.
     declare -F bench_cleanup_extra >/dev/null && bench_cleanup_extra
     exit $rc
