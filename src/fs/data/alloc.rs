@@ -33,7 +33,7 @@ use std::sync::Arc;
 const MAX_WINDOW: u64 = 1024;
 /// Files of at most this many blocks (64 KiB of 4 KiB blocks) written back from the data
 /// cache get no window: ext4's threshold for its small-file locality groups.
-const SMALL_FILE_BLOCKS: u64 = 16;
+pub(crate) const SMALL_FILE_BLOCKS: u64 = 16;
 
 /// Every file that holds a window, and how many blocks all windows hold.
 ///
@@ -372,6 +372,40 @@ impl DataAlloc {
         self.map.lock().group_start(st.d.group as u64)
     }
 
+    /// Reserve `n` blocks, `promised` of them promised to cached data, in as few runs as the
+    /// free space allows (`DataMap::reserve_run`), the first at or after `goal`: the promise
+    /// turns into them. ENOSPC (nothing reserved) as `alloc_data`.
+    fn reserve_runs(&self, goal: u64, n: u64, promised: u64) -> Result<Vec<(u64, u64)>> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        {
+            let mut map = self.map.lock();
+            let others = if self.overcommitting() {
+                0
+            } else {
+                self.delayed
+                    .load(Ordering::Acquire)
+                    .saturating_sub(promised)
+            };
+            if n > map.free_blocks().saturating_sub(others) {
+                return Err(FsError::Errno(libc::ENOSPC));
+            }
+            let (mut need, mut g) = (n, goal);
+            while need > 0 {
+                let Some((start, count)) = map.reserve_run(g, need) else {
+                    for &(s, c) in &out {
+                        map.unreserve(s, c);
+                    }
+                    return Err(FsError::Errno(libc::ENOSPC));
+                };
+                out.push((start, count));
+                need -= count;
+                g = start + count;
+            }
+        }
+        self.unpromise(promised);
+        Ok(out)
+    }
+
     /// Give back reserved runs an operation could not use.
     pub(crate) fn unreserve_runs(&self, runs: &[(u64, u64)]) {
         let mut data = self.map.lock();
@@ -453,6 +487,25 @@ impl Fs {
             Err(FsError::Errno(libc::ENOSPC)) => {
                 self.alloc.return_all_windows();
                 alloc()
+            }
+            r => r,
+        }
+    }
+
+    /// `n` blocks for the small files of one write-back whose home is group `group`, `promised`
+    /// of them promised to their cached data, in one run where the group (or another) has one
+    /// that long: they go to the device in one long write (`writeback_allocate`).
+    pub(crate) fn alloc_small_files(
+        &self,
+        group: u64,
+        n: u64,
+        promised: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        let goal = self.alloc.map.lock().group_start(group);
+        match self.alloc.reserve_runs(goal, n, promised) {
+            Err(FsError::Errno(libc::ENOSPC)) => {
+                self.alloc.return_all_windows();
+                self.alloc.reserve_runs(goal, n, promised)
             }
             r => r,
         }

@@ -21,6 +21,7 @@
 //!   same hold of the state lock that maps it.
 
 use crate::format::bmap::DataPtr;
+use crate::fs::data::alloc::SMALL_FILE_BLOCKS;
 use crate::fs::inode::file_cache::{CachedBlock, FileCache};
 use crate::fs::inode::{InodeEntry, InodeState};
 use crate::fs::Fs;
@@ -44,17 +45,25 @@ struct CachedCopy {
     promised: bool,
 }
 
-/// One file's write-back, planned under its op lock: each cached block's device address,
-/// whether it is new to the block map (`fresh`), how many of its bytes go to the device, and
-/// the runs allocated for it.
+/// One file's write-back, planned under its op lock: each cached block's device address
+/// (0 until `writeback_allocate` gives it one), whether it is new to the block map
+/// (`fresh`), the block it moves from (`moved`, 0 if none), how many of its bytes go to the
+/// device, and the runs allocated for it.
 struct WritebackPlan {
     e: Arc<InodeEntry>,
     blocks: Vec<CachedCopy>,
     addrs: Vec<u64>,
     fresh: Vec<bool>,
+    moved: Vec<u64>,
     lens: Vec<usize>,
     runs: Vec<(u64, u64)>,
+    /// Blocks promised to the cached data (those without a data block).
     holes: u64,
+    /// The runs are allocated (and the promise of `holes` taken).
+    allocated: bool,
+    /// A small file's home group (at most `SMALL_FILE_BLOCKS`, no window): in a batch its
+    /// blocks come from one run with the batch's other small files.
+    small_group: Option<u64>,
 }
 
 /// The mount's cached data: which files have some, and how much.
@@ -448,7 +457,9 @@ impl Fs {
         let Some(plan) = self.writeback_plan(e)? else {
             return Ok(());
         };
-        let plans = [plan];
+        let mut plans = [plan];
+        plans[0].small_group = None;
+        self.writeback_allocate(&mut plans)?;
         self.writeback_write(&plans)?;
         let [plan] = plans;
         self.writeback_map(plan);
@@ -457,7 +468,7 @@ impl Fs {
 
     /// Write back several files' cached data together (the caller holds no op lock): their
     /// op locks are taken at once, in ascending inode order as everywhere, their new blocks
-    /// allocated one file after another (small files packed together), and then every block
+    /// allocated (small files' from one run: `writeback_allocate`), and then every block
     /// written in address order, consecutive blocks of any of the files in one request. On
     /// a disk that is one sweep of the head instead of a request per file.
     fn writeback_batch(&self, files: &[Arc<InodeEntry>]) -> Result<()> {
@@ -465,15 +476,11 @@ impl Fs {
         let _ops = crate::fs::lock_ops(&refs);
         let mut plans = Vec::with_capacity(files.len());
         for e in files {
-            match self.writeback_plan(e) {
-                Ok(Some(p)) => plans.push(p),
-                Ok(None) => {}
-                Err(err) => {
-                    self.writeback_undo(&plans);
-                    return Err(err);
-                }
+            if let Some(p) = self.writeback_plan(e)? {
+                plans.push(p);
             }
         }
+        self.writeback_allocate(&mut plans)?;
         self.writeback_write(&plans)?;
         for p in plans {
             self.writeback_map(p);
@@ -519,16 +526,11 @@ impl Fs {
             fresh.push(!ptr.is_written());
         }
         let holes = blocks.iter().filter(|b| b.promised).count() as u64;
-        let runs = if holes > 0 {
-            let first_hole = blocks.iter().find(|b| b.promised).expect("a hole").n;
-            self.alloc_promised(e, holes, first_hole)?
-        } else {
-            Vec::new()
+        let small_group = {
+            let st = e.state.read();
+            (st.window.is_none() && size.div_ceil(bs) <= SMALL_FILE_BLOCKS)
+                .then_some(st.d.group as u64)
         };
-        let mut it = runs.iter().flat_map(|&(s, c)| s..s + c);
-        for a in addrs.iter_mut().filter(|a| **a == 0) {
-            *a = it.next().expect("runs cover every hole");
-        }
         // How much of each block to write: all of it, but for a block written in place
         // that holds the end of the file, only up to the end. Its bytes past the end are
         // zeros a truncate put in the cache, and the log may still record the longer size
@@ -554,13 +556,93 @@ impl Fs {
             .collect();
         Ok(Some(WritebackPlan {
             e: e.clone(),
+            moved: vec![0; blocks.len()],
             blocks,
             addrs,
             fresh,
             lens,
-            runs,
+            runs: Vec::new(),
             holes,
+            allocated: false,
+            small_group,
         }))
+    }
+
+    /// Give the planned blocks without a data block one. The small files of a batch get
+    /// theirs from one run per home group, and their blocks written in place move there too
+    /// (freed where they were once the log has the move): taken one file at a time from the
+    /// first free blocks of a group, they would land in the holes deleted files left, and
+    /// written in place they lie wherever the file began; either way a request, and on a
+    /// disk a rotation, per file. From one run the batch goes out in one long write (ext4's
+    /// per-CPU locality groups do the same for small files). Other files' blocks come from
+    /// their windows near their last block. On an error nothing stays allocated.
+    fn writeback_allocate(&self, plans: &mut [WritebackPlan]) -> Result<()> {
+        let bs = self.sb.block_size as usize;
+        let mut groups: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (i, p) in plans.iter_mut().enumerate() {
+            let Some(group) = p.small_group else {
+                continue;
+            };
+            for k in 0..p.blocks.len() {
+                if !p.fresh[k] {
+                    p.moved[k] = p.addrs[k];
+                    p.addrs[k] = 0;
+                    p.fresh[k] = true;
+                    p.lens[k] = bs;
+                }
+            }
+            if p.addrs.contains(&0) {
+                groups.entry(group).or_default().push(i);
+            }
+        }
+        let result = (|| {
+            for p in plans.iter_mut() {
+                if p.small_group.is_none() && p.holes > 0 {
+                    let first_hole = p.blocks.iter().find(|b| b.promised).expect("a hole").n;
+                    p.runs = self.alloc_promised(&p.e, p.holes, first_hole)?;
+                    p.allocated = true;
+                }
+            }
+            for (group, members) in &groups {
+                let need = |p: &WritebackPlan| p.addrs.iter().filter(|&&a| a == 0).count() as u64;
+                let total = members.iter().map(|&i| need(&plans[i])).sum();
+                let promised = members.iter().map(|&i| plans[i].holes).sum();
+                let mut runs = self.alloc_small_files(*group, total, promised)?.into_iter();
+                let mut run = runs.next();
+                for &i in members {
+                    let mut left = need(&plans[i]);
+                    while left > 0 {
+                        let (start, count) = run.expect("runs for every block");
+                        let k = count.min(left);
+                        plans[i].runs.push((start, k));
+                        left -= k;
+                        run = if k < count {
+                            Some((start + k, count - k))
+                        } else {
+                            runs.next()
+                        };
+                    }
+                    plans[i].allocated = true;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(err) = result {
+            self.writeback_undo(plans);
+            return Err(err);
+        }
+        for p in plans.iter_mut() {
+            let mut it = p.runs.iter().flat_map(|&(s, c)| s..s + c);
+            for a in p.addrs.iter_mut().filter(|a| **a == 0) {
+                *a = it.next().expect("runs cover every block without one");
+            }
+            assert!(
+                it.next().is_none(),
+                "inode {}: runs past its blocks",
+                p.e.ino
+            );
+        }
+        Ok(())
     }
 
     /// Write the planned blocks of `plans` to the data device, each run of consecutive
@@ -634,7 +716,7 @@ impl Fs {
 
     /// Give back what `plans` allocated: their data stays cached, its blocks promised again.
     fn writeback_undo(&self, plans: &[WritebackPlan]) {
-        for p in plans {
+        for p in plans.iter().filter(|p| p.allocated) {
             self.alloc.unreserve_runs(&p.runs);
             self.alloc.repromise(p.holes);
         }
@@ -648,6 +730,7 @@ impl Fs {
             blocks,
             addrs,
             fresh,
+            moved,
             lens,
             runs,
             ..
@@ -659,15 +742,24 @@ impl Fs {
         let _g = self.gate_shared();
         let mut st = e.state.write();
         let mut span: Option<(u64, u64)> = None;
+        let mut freed: Vec<(u64, u64)> = Vec::new();
         for (k, b) in blocks.iter().enumerate() {
             if fresh[k] {
                 let old = crate::fs::inode::bmap::set(&mut st, b.n, addrs[k], self.ppb)
                     .expect("indirect blocks were loaded under the op lock");
-                debug_assert!(
-                    old == 0 || old == crate::format::bmap::unwritten(addrs[k]),
-                    "file block {}",
-                    b.n
-                );
+                if moved[k] != 0 {
+                    assert_eq!(old, moved[k], "inode {}: file block {} moved", e.ino, b.n);
+                    match freed.last_mut() {
+                        Some(r) if r.0 + r.1 == old => r.1 += 1,
+                        _ => freed.push((old, 1)),
+                    }
+                } else {
+                    debug_assert!(
+                        old == 0 || old == crate::format::bmap::unwritten(addrs[k]),
+                        "file block {}",
+                        b.n
+                    );
+                }
                 span = Some(span.map_or((b.n, b.n), |(a, _)| (a, b.n)));
             }
         }
@@ -675,6 +767,12 @@ impl Fs {
             self.charge_block_range(first, last);
         }
         self.record_allocations(&runs);
+        if !freed.is_empty() {
+            let mut recs = self.log.records.lock();
+            for (start, count) in freed {
+                recs.push(crate::format::summary::Record::DFree { start, count });
+            }
+        }
         let c = st.cache.take().expect("the cache the write-back took");
         assert_eq!(
             c.blocks.len(),

@@ -26,7 +26,8 @@
 //! any time (take differences between two readings around a phase); also written to --report
 //! FILE (or printed) on SIGUSR1 and at unmount. The parameters are printed at start. --show
 //! prints a parameter set and what the model predicts for it (sequential MB/s, random 4 KiB
-//! reads). Stop it with: umount MOUNTPOINT.
+//! reads). Stop it with: umount MOUNTPOINT. With DISKMODEL_TRACE=FILE in its environment it
+//! writes every request to FILE as it starts (`disk op pos len arrival start done`).
 
 #[path = "../disk/mod.rs"]
 mod disk;

@@ -13,7 +13,8 @@
 
 use super::model::{Disk, Op, Params, Request, Started, Stats};
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::io::Write;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -29,8 +30,8 @@ struct State {
     next_id: u64,
     /// Threads waiting for their request to start.
     waiting: HashMap<u64, Thread>,
-    /// Completion times of started requests whose threads have not taken them yet.
-    done: HashMap<u64, f64>,
+    /// Start and completion times of started requests whose threads have not taken them yet.
+    done: HashMap<u64, (f64, f64)>,
     started: Vec<Started>,
     late: Late,
 }
@@ -46,7 +47,7 @@ impl State {
     fn advance(&mut self, now: f64) {
         self.disk.advance(now, &mut self.started);
         for s in self.started.drain(..) {
-            self.done.insert(s.id, s.done);
+            self.done.insert(s.id, (s.start, s.done));
             if let Some(thread) = self.waiting.get(&s.id) {
                 thread.unpark();
             }
@@ -64,6 +65,34 @@ fn tight_timers() {
             unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
         }
     });
+}
+
+/// `DISKMODEL_TRACE=FILE` in diskmodel's environment: one line per request, in the order they
+/// start, `disk op pos len arrival start done` (addresses in bytes, times in seconds since
+/// diskmodel started), to see a file system's request pattern behind the totals.
+fn trace(disk: &str, op: Op, pos: u64, len: u64, arrival: f64, start: f64, done: f64) {
+    static TRACE: OnceLock<Option<Mutex<std::fs::File>>> = OnceLock::new();
+    let file = TRACE.get_or_init(|| {
+        let path = std::env::var_os("DISKMODEL_TRACE")?;
+        match std::fs::File::create(&path) {
+            Ok(f) => Some(Mutex::new(f)),
+            Err(e) => {
+                eprintln!("diskmodel: DISKMODEL_TRACE {}: {e}", path.to_string_lossy());
+                None
+            }
+        }
+    });
+    if let Some(file) = file {
+        let op = match op {
+            Op::Read => "R",
+            Op::Write => "W",
+        };
+        let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(
+            f,
+            "{disk} {op} {pos} {len} {arrival:.6} {start:.6} {done:.6}"
+        );
+    }
 }
 
 impl LiveDisk {
@@ -98,7 +127,7 @@ impl LiveDisk {
     /// start it, run `io` (the real read or write), and return when the disk completes it.
     pub fn serve<T>(&self, op: Op, pos: u64, len: u64, io: impl FnOnce() -> T) -> T {
         tight_timers();
-        let id = {
+        let (id, arrival) = {
             let mut st = self.lock();
             let id = st.next_id;
             st.next_id += 1;
@@ -114,21 +143,22 @@ impl LiveDisk {
             });
             st.waiting.insert(id, std::thread::current());
             st.advance(arrival);
-            id
+            (id, arrival)
         };
-        let done = loop {
+        let (start, done) = loop {
             let mut st = self.lock();
             let now = self.now();
             st.advance(now);
-            if let Some(done) = st.done.remove(&id) {
+            if let Some(times) = st.done.remove(&id) {
                 st.waiting.remove(&id);
-                break done;
+                break times;
             }
             // Until the disk frees (then this thread may start its request itself).
             let wake = st.disk.next_start().unwrap_or(now + 0.01);
             drop(st);
             std::thread::park_timeout(Duration::from_secs_f64((wake - now).clamp(1e-6, 0.01)));
         };
+        trace(&self.name, op, pos, len, arrival, start, done);
         let out = io();
         let until = self.epoch + Duration::from_secs_f64(done);
         let late = match until.checked_duration_since(Instant::now()) {
