@@ -13,6 +13,11 @@
 //! its own cache: inode blocks, tree nodes, indirect blocks), so this holds only blocks nobody
 //! has used yet, up to a budget, least recently read ahead going first.
 //!
+//! The cluster size adapts, as the kernel's read-ahead window does: from the size asked for,
+//! it halves while fewer than a quarter of the blocks read ahead are used (a compile reads a
+//! header here and there: the rest of each cluster is transfer time for nothing) and doubles
+//! back while more than half are (a scan), never below `MIN_WINDOW_BLOCKS`.
+//!
 //! A log address can be written again (its segment cleaned and reused, the head's segment
 //! past the head), so every write drops the blocks it covers, and a cluster read while any
 //! write was under way, or that a write began during, is not kept: what it read of the
@@ -23,7 +28,13 @@ use crate::lockcheck::Mutex;
 use lru::LruCache;
 use std::io;
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// The smallest cluster the window shrinks to, in blocks.
+const MIN_WINDOW_BLOCKS: u64 = 4;
+/// Blocks read ahead between two looks at how many of them were used.
+const ADAPT_BLOCKS: u64 = 256;
 
 /// Where clusters lie on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +80,8 @@ pub struct ReadAheadStats {
     pub cluster_reads: u64,
     /// Cluster reads not kept because a write overlapped them in time.
     pub discarded: u64,
+    /// Bytes of the window now (the cluster a miss reads).
+    pub window: u64,
 }
 
 struct State {
@@ -77,12 +90,18 @@ struct State {
     /// none under way and none began before it ended.
     writes_begun: u64,
     writes_under_way: u64,
+    /// Blocks kept from clusters and blocks handed out since the window last changed (halved
+    /// at each look, so that older evidence fades).
+    kept: u64,
+    used: u64,
     stats: ReadAheadStats,
 }
 
 pub struct ReadAhead {
     inner: Arc<dyn BlockDevice>,
     at: Clusters,
+    /// Bytes of the cluster a miss reads now: `at.cluster` at most.
+    window: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -97,12 +116,15 @@ impl ReadAhead {
         ReadAhead {
             inner,
             at,
+            window: AtomicU64::new(at.cluster),
             state: Mutex::new(
                 "read-ahead",
                 State {
                     blocks: LruCache::new(NonZeroUsize::new(capacity).unwrap()),
                     writes_begun: 0,
                     writes_under_way: 0,
+                    kept: 0,
+                    used: 0,
                     stats: ReadAheadStats::default(),
                 },
             ),
@@ -110,7 +132,31 @@ impl ReadAhead {
     }
 
     pub fn stats(&self) -> ReadAheadStats {
-        self.state.lock().stats
+        ReadAheadStats {
+            window: self.window.load(Ordering::Relaxed),
+            ..self.state.lock().stats
+        }
+    }
+
+    /// After `ADAPT_BLOCKS` blocks kept, halve the window if under a quarter of what was
+    /// kept was used, double it (up to `at.cluster`) if over half was (under the state lock).
+    fn adapt(&self, s: &mut State) {
+        if s.kept < ADAPT_BLOCKS {
+            return;
+        }
+        let (block, most) = (self.at.block, self.at.cluster);
+        let least = most.min(MIN_WINDOW_BLOCKS * block);
+        let w = self.window.load(Ordering::Relaxed);
+        let next = if s.used * 4 < s.kept {
+            (w / 2 / block * block).max(least)
+        } else if s.used * 2 > s.kept {
+            (w * 2).min(most)
+        } else {
+            w
+        };
+        self.window.store(next, Ordering::Relaxed);
+        s.kept /= 2;
+        s.used /= 2;
     }
 
     /// The blocks `[first, end)` (byte offsets) a read of `len` bytes at `offset` covers, and
@@ -118,7 +164,8 @@ impl ReadAhead {
     /// does not apply: no clusters, a read below `first`, or one a cluster would not hold.
     fn cluster_of(&self, offset: u64, len: usize) -> Option<Covered> {
         let at = &self.at;
-        if at.cluster <= at.block || len == 0 || offset < at.first {
+        let cluster = self.window.load(Ordering::Relaxed);
+        if cluster <= at.block || len == 0 || offset < at.first {
             return None;
         }
         let first = offset - offset % at.block;
@@ -126,7 +173,7 @@ impl ReadAhead {
             .checked_add(len as u64)?
             .div_ceil(at.block)
             .checked_mul(at.block)?;
-        if end - first >= at.cluster {
+        if end - first >= cluster {
             return None;
         }
         let (unit_start, unit_end) = if at.unit > 0 {
@@ -137,15 +184,15 @@ impl ReadAhead {
         };
         let limit = unit_end.min(self.inner.size() - self.inner.size() % at.block);
         let mut start = match at.window {
-            Window::Aligned => first - first % at.cluster,
+            Window::Aligned => first - first % cluster,
             Window::Forward => first,
         }
         .max(unit_start)
         .max(at.first);
-        if start.saturating_add(at.cluster) < end {
+        if start.saturating_add(cluster) < end {
             start = first; // an aligned cluster that would not reach the read's end
         }
-        let stop = start.checked_add(at.cluster)?.min(limit);
+        let stop = start.checked_add(cluster)?.min(limit);
         (end <= stop && stop - start > end - first).then_some(Covered {
             first,
             end,
@@ -188,6 +235,7 @@ impl BlockDevice for ReadAhead {
                     addr += bs;
                 }
                 s.stats.hits += (c.end - c.first) / bs;
+                s.used += (c.end - c.first) / bs;
                 return Ok(());
             }
             // Blocks of the read that are here go: the cluster brings them again.
@@ -215,8 +263,10 @@ impl BlockDevice for ReadAhead {
             let addr = c.start + i as u64 * bs;
             if !(c.first..c.end).contains(&addr) && !s.blocks.contains(&addr) {
                 s.blocks.put(addr, block.into());
+                s.kept += 1;
             }
         }
+        self.adapt(&mut s);
         Ok(())
     }
 
@@ -501,6 +551,51 @@ mod tests {
         read(&ra, 18);
         read(&ra, 55);
         assert_eq!(dev.reads.load(Ordering::SeqCst), before + 1);
+    }
+
+    /// Clusters whose other blocks nobody reads shrink to `MIN_WINDOW_BLOCKS`; reads that
+    /// use what is read ahead grow the window back to the size asked for.
+    #[test]
+    fn the_window_shrinks_while_clusters_go_unused_and_grows_back_while_they_are_used() {
+        let dev = Arc::new(Counting {
+            mem: MemDevice::new(8192 * BS),
+            reads: AtomicUsize::new(0),
+            during_read: Default::default(),
+            bad: Default::default(),
+        });
+        let ra = ReadAhead::new(
+            dev.clone(),
+            Clusters {
+                block: BS,
+                cluster: 16 * BS,
+                unit: 0,
+                first: 0,
+                budget: 64 * BS,
+                window: Window::Forward,
+            },
+        );
+        assert_eq!(ra.stats().window, 16 * BS);
+        // Reads 32 blocks apart: each cluster brings 15 blocks nobody asks for.
+        for i in 0..128 {
+            read(&ra, i * 32);
+        }
+        assert_eq!(
+            ra.stats().window,
+            MIN_WINDOW_BLOCKS * BS,
+            "after scattered reads"
+        );
+        // Each miss now reads 4 blocks, not 16: the next 3 come from memory, the 4th not.
+        let (reads, hits) = (dev.reads.load(Ordering::SeqCst), ra.stats().hits);
+        for b in 5000..5005 {
+            read(&ra, b);
+        }
+        assert_eq!(dev.reads.load(Ordering::SeqCst), reads + 2);
+        assert_eq!(ra.stats().hits, hits + 3);
+        // A scan uses every block read ahead.
+        for b in 6000..7000 {
+            read(&ra, b);
+        }
+        assert_eq!(ra.stats().window, 16 * BS, "after a scan");
     }
 
     #[test]

@@ -148,6 +148,10 @@ pub struct Stats {
     /// The same for file data (`data_readahead`).
     pub data_clusters_read: u64,
     pub data_blocks_read_ahead_used: u64,
+    /// Bytes of the cluster a miss reads now in the log and of file data (each adapts to how
+    /// much of what it reads ahead is used: device/readahead.rs).
+    pub log_readahead_window: u64,
+    pub data_readahead_window: u64,
 }
 
 /// What mount found and did: the checkpoint it started from and what roll-forward replayed.
@@ -236,6 +240,7 @@ impl Fs {
         Stats {
             data_clusters_read: data.cluster_reads,
             data_blocks_read_ahead_used: data.hits,
+            data_readahead_window: data.window,
             ..self.log.stats()
         }
     }

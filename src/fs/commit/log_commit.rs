@@ -273,6 +273,7 @@ impl LogCommit {
         Stats {
             log_clusters_read: read_ahead.cluster_reads,
             log_blocks_read_ahead_used: read_ahead.hits,
+            log_readahead_window: read_ahead.window,
             ..*self.stats.lock()
         }
     }
