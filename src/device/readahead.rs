@@ -468,11 +468,11 @@ mod tests {
         assert_eq!(dev.reads.load(Ordering::SeqCst), 2);
     }
 
-    #[test]
-    fn a_forward_window_starts_at_the_read() {
-        let mem = MemDevice::new(64 * BS);
+    /// A zeroed device of `blocks` blocks with forward clusters of `cluster_blocks`, no units,
+    /// a budget of 64 blocks.
+    fn forward(blocks: u64, cluster_blocks: u64) -> (Arc<Counting>, ReadAhead) {
         let dev = Arc::new(Counting {
-            mem,
+            mem: MemDevice::new(blocks * BS),
             reads: AtomicUsize::new(0),
             during_read: Default::default(),
             bad: Default::default(),
@@ -481,13 +481,19 @@ mod tests {
             dev.clone(),
             Clusters {
                 block: BS,
-                cluster: 8 * BS,
+                cluster: cluster_blocks * BS,
                 unit: 0,
                 first: 0,
                 budget: 64 * BS,
                 window: Window::Forward,
             },
         );
+        (dev, ra)
+    }
+
+    #[test]
+    fn a_forward_window_starts_at_the_read() {
+        let (dev, ra) = forward(64, 8);
         let mut b = vec![0u8; BS as usize];
         ra.read_at(&mut b, 6 * BS).unwrap();
         for n in 7..14 {
@@ -565,23 +571,7 @@ mod tests {
     /// use what is read ahead grow the window back to the size asked for.
     #[test]
     fn the_window_shrinks_while_clusters_go_unused_and_grows_back_while_they_are_used() {
-        let dev = Arc::new(Counting {
-            mem: MemDevice::new(8192 * BS),
-            reads: AtomicUsize::new(0),
-            during_read: Default::default(),
-            bad: Default::default(),
-        });
-        let ra = ReadAhead::new(
-            dev.clone(),
-            Clusters {
-                block: BS,
-                cluster: 16 * BS,
-                unit: 0,
-                first: 0,
-                budget: 64 * BS,
-                window: Window::Forward,
-            },
-        );
+        let (dev, ra) = forward(8192, 16);
         assert_eq!(ra.stats().window, 16 * BS);
         // Reads 32 blocks apart: each cluster brings 15 blocks nobody asks for.
         for i in 0..128 {
