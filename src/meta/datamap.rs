@@ -174,15 +174,6 @@ impl DataMap {
             .is_some_and(|b| b[(block % self.blocks_per_group) as usize])
     }
 
-    /// Block `block` is free for allocation now (neither committed nor reserved).
-    pub fn is_free(&self, block: u64) -> bool {
-        block < self.data_blocks
-            && self.is_free_bit(
-                self.group_of(block) as usize,
-                (block % self.blocks_per_group) as usize,
-            )
-    }
-
     /// Blocks free for allocation now.
     pub fn free_blocks(&self) -> u64 {
         self.committed_free() - self.reserved_count
