@@ -45,7 +45,9 @@
 #     partition right after it, both opened by DualFS on the disk), dualfs-wb (the same with
 #     -o writeback_cache), dualfs-nora (the same without read-ahead in its log or of its file
 #     data: -o log_readahead=0,data_readahead=0). DUALFS_OPTS in the environment: more -o
-#     options for every DualFS configuration.
+#     options for every DualFS configuration; DUALFS_LOG_DIR=DIR: each DualFS mount appends
+#     its daemon's log (RUST_LOG's levels) to DIR/CFG-PHASE.log; DISKMODEL_TRACE=FILE: the
+#     disks' requests of each phase and configuration in FILE.CFG-PHASE (diskmodel's trace).
 #   split (metadata on an SSD of --ssd-model, data on the HDD):
 #     ext4-ssdjournal  ext4 on the HDD, its journal on the SSD (mke2fs -O journal_dev; the size
 #                      mkfs.ext4 gives an internal journal of that file system)
@@ -541,7 +543,9 @@ fs_up() {
         [ "$cfg" = dualfs-nora ] && opts="${opts:+$opts,}log_readahead=0,data_readahead=0"
         [ -n "${DUALFS_OPTS:-}" ] && opts="${opts:+$opts,}$DUALFS_OPTS"
         BENCH_MOUNTS+=("dualfs|$UP_MNT")   # unmounted with `dualfs umount` (waits for its last write)
-        "$DUALFS_BIN" mount "$UP_DIR/meta.img" "$UP_DIR/data.img" "$UP_MNT" ${opts:+-o "$opts"} || return 1
+        local logf=()
+        [ -n "${DUALFS_LOG_DIR:-}" ] && logf=(--log-file "$DUALFS_LOG_DIR/$cfg-${UP_PHASE:-mount}.log")
+        "$DUALFS_BIN" mount "${logf[@]}" "$UP_DIR/meta.img" "$UP_DIR/data.img" "$UP_MNT" ${opts:+-o "$opts"} || return 1
     else
         BENCH_MOUNTS+=("$cfg|$UP_MNT")
         case "$cfg" in
@@ -664,13 +668,15 @@ run_phase() { # PHASE CFG
     is_split "$cfg" && disks+=(--disk "s:$SSD_MODEL")
     mkdir -p "$disk" "$mnt"
     BENCH_MOUNTS+=("diskmodel|$disk")
-    _bench_start_fuse "$disk" "$BENCH_TMP/diskmodel-$cfg-$phase.log" "$DISKMODEL_BIN" "$back" "$disk" "${disks[@]}" "${L_FILES[@]}"
+    # DISKMODEL_TRACE=FILE: each run's requests in FILE.CFG-PHASE.
+    DISKMODEL_TRACE=${DISKMODEL_TRACE:+$DISKMODEL_TRACE.$cfg-$phase} \
+        _bench_start_fuse "$disk" "$BENCH_TMP/diskmodel-$cfg-$phase.log" "$DISKMODEL_BIN" "$back" "$disk" "${disks[@]}" "${L_FILES[@]}"
     # DualFS's write-back cache of file data lives in its daemon, outside the workload's
     # cgroup: it gets the dirty limit the kernel file systems get, so that neither side holds
     # more written data back from the disk.
     is_dualfs_cfg "$cfg" && [ -n "$G_MEM" ] && opts="data_cache=$((G_MEM / 5))"
     bench_log "$cfg $phase: mount on the simulated disk(s)"
-    fs_up "$cfg" "$disk" "$mnt" 1 "$opts" || bench_die "$cfg: mount failed"
+    UP_PHASE=$phase fs_up "$cfg" "$disk" "$mnt" 1 "$opts" || bench_die "$cfg: mount failed"
     set_dirty "$G_MEM"
     sync
     echo 3 >/proc/sys/vm/drop_caches

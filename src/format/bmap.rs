@@ -115,6 +115,25 @@ pub fn child_index(level: u8, index: u64, slot: usize, p: u64) -> u64 {
     index + slot as u64 * span(level - 1, p)
 }
 
+/// The indirect blocks on the paths to file blocks `first..=last`: all a change of those
+/// blocks' mapping can dirty (each at most once, however many of its slots change).
+pub fn indirect_blocks_over(first: u64, last: u64, p: u64) -> u64 {
+    let mut n = 0;
+    for tree in 0..3 {
+        let (start, end) = (tree_start(tree, p), tree_start(tree + 1, p));
+        let (lo, hi) = (first.max(start), last.min(end - 1));
+        if lo > hi {
+            continue;
+        }
+        // At each level, the blocks whose spans the range meets.
+        for level in 1..=tree as u8 + 1 {
+            let s = span(level, p);
+            n += (hi - start) / s - (lo - start) / s + 1;
+        }
+    }
+    n
+}
+
 /// What points at indirect block (`level`, `index`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Parent {
@@ -156,6 +175,38 @@ pub enum PtrAt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The indirect blocks on the paths of `first..=last`, one block at a time.
+    fn walked(first: u64, last: u64, p: u64) -> u64 {
+        let mut seen = std::collections::BTreeSet::new();
+        for n in first..=last {
+            if let Some(BlockPath::Indirect { steps, .. }) = path(n, p) {
+                seen.extend(steps.iter().map(|s| (s.level, s.index)));
+            }
+        }
+        seen.len() as u64
+    }
+
+    #[test]
+    fn the_indirect_blocks_over_a_range_are_those_on_its_paths() {
+        let p = 8;
+        let end = max_blocks(p);
+        for first in 0..end {
+            for last in (first..end).step_by(3).chain([end - 1]) {
+                assert_eq!(
+                    indirect_blocks_over(first, last, p),
+                    walked(first, last, p),
+                    "{first}..={last}"
+                );
+            }
+        }
+        // 4 KiB blocks: a file of up to 2 MiB has one, its first byte beyond that three.
+        let p = 512;
+        assert_eq!(indirect_blocks_over(0, 11, p), 0);
+        assert_eq!(indirect_blocks_over(12, 63, p), 1);
+        assert_eq!(indirect_blocks_over(0, 12 + 512, p), 3);
+        assert_eq!(indirect_blocks_over(600, 600, p), 2);
+    }
 
     #[test]
     fn paths() {

@@ -7,30 +7,70 @@ use crate::format::meta::symlink_bytes_per_block;
 use crate::format::summary::Summary;
 use crate::format::{BlockKind, BITMAP_ID, IFILE_ID, NODEMAP_ID};
 use crate::fs::Fs;
-use crate::log::{read_block, read_blocks};
+use crate::log::read_blocks;
 use crate::meta::metafile::MetaFile;
 use crate::{FsError, Result};
 
+/// A victim's blocks as one read brought them: on a disk a segment costs one seek and
+/// rotation read whole, where its summaries and inode blocks read one at a time cost one each
+/// (Sprite LFS's cleaner reads whole segments too). Blocks the read did not bring (it failed:
+/// a bad block anywhere in the segment) are read alone, as they are needed.
+struct SegmentImage<'a> {
+    dev: &'a dyn crate::device::BlockDevice,
+    block_size: u32,
+    start: u64,
+    bytes: Option<Vec<u8>>,
+}
+
+impl SegmentImage<'_> {
+    /// `n` blocks from `addr`, all in the segment.
+    fn blocks(&self, addr: u64, n: u64) -> Result<std::borrow::Cow<'_, [u8]>> {
+        let bs = self.block_size as u64;
+        match &self.bytes {
+            Some(b) if addr >= self.start && (addr - self.start + n) * bs <= b.len() as u64 => {
+                let at = ((addr - self.start) * bs) as usize;
+                Ok(std::borrow::Cow::Borrowed(&b[at..at + (n * bs) as usize]))
+            }
+            _ => Ok(std::borrow::Cow::Owned(read_blocks(
+                self.dev,
+                self.block_size,
+                addr,
+                n,
+            )?)),
+        }
+    }
+}
+
 impl Fs {
-    /// The partial segments of `seg`, newest use only: (address, summary), in log order.
-    pub(crate) fn segment_summaries(&self, seg: u64) -> Result<Vec<(u64, Summary)>> {
+    /// Segment `seg`, read in one request.
+    fn read_segment(&self, seg: u64) -> SegmentImage<'_> {
+        let sb = &self.sb;
+        let (start, end) = (sb.segment_start(seg), sb.segment_end(seg));
+        let bytes = read_blocks(self.log.dev(), sb.block_size, start, end - start).ok();
+        SegmentImage {
+            dev: self.log.dev(),
+            block_size: sb.block_size,
+            start,
+            bytes,
+        }
+    }
+
+    /// The partial segments of `seg` (as `image` holds it), newest use only: (address,
+    /// summary), in log order.
+    fn summaries_in(&self, image: &SegmentImage, seg: u64) -> Result<Vec<(u64, Summary)>> {
         let sb = &self.sb;
         let end = sb.segment_end(seg);
         let mut addr = sb.segment_start(seg);
         let mut out: Vec<(u64, Summary)> = Vec::new();
         while end - addr >= 2 {
-            let first = read_block(self.log.dev(), sb.block_size, addr)?;
+            let first = image.blocks(addr, 1)?;
             let Ok(n) = Summary::peek_len(&first, sb.uuid_tag()) else {
                 break;
             };
             if addr + n as u64 > end {
                 break;
             }
-            let raw = if n == 1 {
-                first
-            } else {
-                read_blocks(self.log.dev(), sb.block_size, addr, n as u64)?
-            };
+            let raw = image.blocks(addr, n as u64)?;
             let Ok(s) = Summary::decode(&raw, sb.uuid_tag()) else {
                 break;
             };
@@ -55,7 +95,8 @@ impl Fs {
             live_bytes: self.log.lock_ifile().usage[seg as usize].live_bytes as u64,
             ..Default::default()
         };
-        for (addr, summary) in self.segment_summaries(seg)? {
+        let image = self.read_segment(seg);
+        for (addr, summary) in self.summaries_in(&image, seg)? {
             scan.partial_segments += 1;
             let first = addr + summary.summary_blocks as u64;
             for (i, d) in summary.descriptors.iter().enumerate() {
@@ -63,7 +104,7 @@ impl Fs {
                 scan.blocks_examined += 1;
                 match d.kind {
                     BlockKind::Inodes => {
-                        for (ino, slot) in self.live_inodes_in(a)? {
+                        for (ino, slot) in self.live_inodes_in(&image.blocks(a, 1)?, a) {
                             scan.items.push((a, Live::Inode { ino, slot }));
                         }
                     }
@@ -108,16 +149,15 @@ impl Fs {
         Ok(scan)
     }
 
-    /// (inode, slot) of every inode the inode map places in INODES block `a`.
-    pub(super) fn live_inodes_in(&self, a: u64) -> Result<Vec<(u64, u16)>> {
-        let block = read_block(self.log.dev(), self.sb.block_size, a)?;
-        let Ok(n) = check_inode_block(&block) else {
-            return Ok(Vec::new());
+    /// (inode, slot) of every inode the inode map places in INODES block `block`, at `a`.
+    fn live_inodes_in(&self, block: &[u8], a: u64) -> Vec<(u64, u16)> {
+        let Ok(n) = check_inode_block(block) else {
+            return Vec::new();
         };
         let ifile = self.log.lock_ifile();
         let mut out = Vec::new();
         for slot in 1..=n {
-            let Ok(d) = inode_in_block(&block, slot) else {
+            let Ok(d) = inode_in_block(block, slot) else {
                 continue;
             };
             if ifile
@@ -127,7 +167,7 @@ impl Fs {
                 out.push((d.ino, slot as u16));
             }
         }
-        Ok(out)
+        out
     }
 
     /// The cached inode for the cleaner (None when it is gone), loaded or found without

@@ -213,19 +213,16 @@ impl Fs {
         self.cleaner.charged.fetch_add(blocks, Ordering::AcqRel);
     }
 
-    /// Charge the indirect blocks a change of file blocks `first..=last` may dirty: the
-    /// level-1 blocks over the range and two ancestors each.
+    /// Charge the indirect blocks a change of file blocks `first..=last` may dirty.
     pub(crate) fn charge_block_range(&self, first: u64, last: u64) {
         self.charge_log_blocks(self.block_range_charge(first, last));
     }
 
-    /// What `charge_block_range` charges.
+    /// What `charge_block_range` charges: the indirect blocks on the range's paths, exactly
+    /// (a file of 64–256 KiB dirties one; three per level-1 block, as this once counted,
+    /// held six for it and made writers wait for room a small log had).
     pub(crate) fn block_range_charge(&self, first: u64, last: u64) -> u64 {
-        if last < crate::format::inode::NDIRECT as u64 {
-            return 0;
-        }
-        let l1 = (last - first) / self.ppb + 2;
-        3 * l1
+        crate::format::bmap::indirect_blocks_over(first, last, self.ppb)
     }
 
     pub(super) fn make_room(&self, op: Admit) -> Result<()> {

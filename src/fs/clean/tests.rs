@@ -290,6 +290,62 @@ fn a_full_data_device_gives_enospc_and_comes_back() {
     assert_checks(&*meta, &*data, "at the end");
 }
 
+/// A victim is read whole, in one request, however many partial segments and inode blocks it
+/// holds: on a disk each read of its own would cost a seek and a rotation.
+#[test]
+fn a_pass_reads_each_victim_in_one_request() {
+    let (meta, data) = devices(8, 16);
+    let counting = crate::fs::tests::Counting::over(meta.clone());
+    let m: Arc<dyn BlockDevice> = counting.clone();
+    let opts = MountOptions {
+        log_readahead: 0,
+        ..quiet()
+    };
+    let fs = Fs::mount(m.clone(), data.clone(), opts).unwrap();
+    // Many small log writes: partial segments of a few inode blocks each.
+    for round in 0..40 {
+        for i in 0..40 {
+            let name = format!("f{round}-{i}");
+            let (a, fh) = fs
+                .create(&U, ROOT, name.as_bytes(), 0o644, libc::O_WRONLY)
+                .unwrap();
+            fs.release(a.ino, fh).unwrap();
+        }
+        fs.sync().unwrap();
+    }
+    for round in 0..40 {
+        for i in 1..40 {
+            fs.unlink(&U, ROOT, format!("f{round}-{i}").as_bytes())
+                .unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    let head = {
+        let fl = fs.log.flusher();
+        fs.sb.segment_of(fl.writer.head.addr)
+    };
+    let usage = fs.usage_table();
+    let dirty: Vec<u64> = (1..fs.sb.segments)
+        .filter(|&s| s != head && usage.segments[s as usize].flags & SEG_DIRTY != 0)
+        .filter(|&s| usage.segments[s as usize].flags & SEG_ACTIVE == 0)
+        .take(3)
+        .collect();
+    assert_eq!(dirty.len(), 3, "{usage:?}");
+    let reads = || counting.reads.load(std::sync::atomic::Ordering::Acquire);
+    let before = reads();
+    let r = fs.clean_segments(&dirty).unwrap();
+    let during = reads() - before;
+    assert_eq!(r.cleaned.len(), 3, "{r:?}");
+    assert!(
+        r.partial_segments >= 6 && r.blocks_examined >= 3 * r.partial_segments,
+        "victims of few pieces prove nothing: {r:?}"
+    );
+    assert_eq!(during, 3, "log reads of a pass over 3 victims: {r:?}");
+    assert_checks(&*m, &*data, "after the pass");
+    fs.unmount().unwrap();
+    assert_checks(&*m, &*data, "at the end");
+}
+
 #[test]
 fn explicit_segments_are_checked_before_cleaning() {
     let (meta, data) = devices(8, 16);
@@ -360,11 +416,11 @@ fn crashes_during_cleaning_lose_nothing() {
     {
         let fs = mount(recorder.clone(), data.clone());
         let mut cleaned = 0;
-        for _ in 0..6 {
+        for pass in 0..6 {
             let r = fs.clean_pass(Policy::Greedy, 2).unwrap();
             cleaned += r.cleaned.len();
             // Metadata-only changes between passes (no data blocks move).
-            fs.mkdir(&U, ROOT, format!("d{cleaned}").as_bytes(), 0o755)
+            fs.mkdir(&U, ROOT, format!("d{pass}").as_bytes(), 0o755)
                 .unwrap();
         }
         assert!(cleaned >= 4, "only {cleaned} segments cleaned");
@@ -890,8 +946,8 @@ fn statfs_is_true_right_after_bursts_of_creates_and_unlinks() {
 fn a_cleaning_pass_leaves_the_working_set_cached() {
     let (meta, data) = devices(32, 64);
     let fs = mount(meta.clone(), data.clone());
-    // Files with indirect blocks, which the pass moves (loading their inodes), half of them
-    // truncated away so that their segments are worth cleaning. Consecutive inode numbers:
+    // Files with indirect blocks, which the pass moves (loading their inodes), all but the
+    // first truncated away so that their segments are worth cleaning. Consecutive inode numbers:
     // the files fall in every shard of the cache, as the working set does.
     let moved: Vec<u64> = (0..256)
         .map(|i| make_sparse(&fs, &format!("m{i}"), 4, 1).unwrap())
@@ -905,12 +961,12 @@ fn a_cleaning_pass_leaves_the_working_set_cached() {
             a.ino
         })
         .collect();
-    let half = crate::fs::SetAttr {
-        size: Some(sparse_block(2) * BS),
+    let first_only = crate::fs::SetAttr {
+        size: Some(sparse_block(1) * BS),
         ..Default::default()
     };
     for &m in &moved {
-        fs.setattr(&U, m, &half).unwrap();
+        fs.setattr(&U, m, &first_only).unwrap();
     }
     fs.sync().unwrap();
     // Nothing cached but the working set, used just now.

@@ -862,9 +862,12 @@ impl Fs {
         self.writeback_batches(old)
     }
 
-    /// A writer filled the cache past its budget: it writes files back (lowest inode number
-    /// first, roughly creation order) until half the budget is left. The caller holds no
-    /// op lock.
+    /// A writer filled the cache past its budget: it writes files back, those cached longest
+    /// first (as the kernel's write-back takes inodes in the order they were dirtied), until
+    /// half the budget is left. The youngest stay: a workload that writes files and deletes
+    /// most of them soon (a copy then a cleanup, mail, a build's temporary files) deletes
+    /// them from the cache. By inode number instead, the new files took the numbers the
+    /// last deletes freed and went out first. The caller holds no op lock.
     pub(crate) fn writeback_over_budget(&self) -> Result<()> {
         let bytes = self.cache.bytes();
         // While a replay overcommits, the cache holds what it restores until the end, where
@@ -873,21 +876,33 @@ impl Fs {
             return Ok(());
         }
         let bs = self.sb.block_size as u64;
+        let mut files: Vec<(Option<std::time::Instant>, u64, Arc<InodeEntry>)> = self
+            .cache
+            .files()
+            .into_iter()
+            .filter_map(|e| {
+                let (since, held) = e
+                    .state
+                    .read()
+                    .cache
+                    .as_ref()
+                    .map(|c| (c.since, c.blocks.len() as u64 * bs))?;
+                Some((since, held, e))
+            })
+            .collect();
+        // Oldest first; a file with nothing cached any more (since None) costs nothing.
+        files.sort_by_key(|(since, _, e)| (since.is_none(), *since, e.ino));
         let mut to_free = bytes - self.cache.budget / 2;
         let mut chosen = Vec::new();
-        for e in self.cache.files() {
+        for (_, held, e) in files {
             if to_free == 0 {
                 break;
             }
-            let held = e
-                .state
-                .read()
-                .cache
-                .as_ref()
-                .map_or(0, |c| c.blocks.len() as u64 * bs);
             to_free = to_free.saturating_sub(held);
             chosen.push(e);
         }
+        // Batches lock their files in ascending inode order.
+        chosen.sort_by_key(|e| e.ino);
         self.writeback_batches(chosen)
     }
 

@@ -603,6 +603,78 @@ fn cached_writes_get_enospc_at_once_and_deletes_give_room_back() {
     check(&m, &d, "after a full device");
 }
 
+/// Blocks of `ino` the cache holds.
+fn cached_blocks(fs: &Fs, ino: u64) -> usize {
+    let e = fs.inode(ino).unwrap();
+    let st = e.state.read();
+    st.cache.as_ref().map_or(0, |c| c.blocks.len())
+}
+
+/// Past its budget the cache writes back the files it has held longest, whatever their
+/// numbers: files written after a delete take the numbers it freed, lower than those of the
+/// files kept from before, and must not go out first (a copy of a tree and the removal of
+/// most of it, round after round: the copy's files would reach the disk only to die there).
+#[test]
+fn past_the_budget_the_files_cached_longest_go_out_first() {
+    let (m, d, data) = counting_devices();
+    let budget: u64 = 1 << 20;
+    let fs = Fs::mount(m.clone(), d.clone(), quiet(budget)).unwrap();
+    // Numbers to free later, holding no data.
+    let freed: Vec<u64> = (0..8)
+        .map(|i| {
+            let (ino, fh) = create(&fs, &format!("gone{i}"));
+            fs.release(ino, fh).unwrap();
+            ino
+        })
+        .collect();
+    // The survivors of an earlier round: 8 files of 32 KiB, cached.
+    let old: Vec<u64> = (0..8)
+        .map(|i| {
+            let (ino, fh) = create(&fs, &format!("old{i}"));
+            fs.write(ino, fh, 0, &pattern(32 << 10, i as u8)).unwrap();
+            fs.release(ino, fh).unwrap();
+            ino
+        })
+        .collect();
+    for i in 0..8 {
+        fs.unlink(&U, ROOT, format!("gone{i}").as_bytes()).unwrap();
+    }
+    // Their numbers free once the log has the unlinks (no data written back by that).
+    fs.sync_log().unwrap();
+    let before = data.written.load(Ordering::Acquire);
+    // A new round of 64 KiB files, until the cache went past its budget once.
+    let mut young = Vec::new();
+    while data.written.load(Ordering::Acquire) == before {
+        let (ino, fh) = create(&fs, &format!("young{}", young.len()));
+        fs.write(ino, fh, 0, &pattern(64 << 10, young.len() as u8))
+            .unwrap();
+        fs.release(ino, fh).unwrap();
+        young.push(ino);
+        assert!(young.len() < 64, "the cache never went past its budget");
+    }
+    assert!(
+        young[..8].iter().all(|y| freed.contains(y)) && young[0] < old[0],
+        "the new files took the freed numbers, below the old ones: {young:?}, {old:?}"
+    );
+    for ino in &old {
+        assert_eq!(cached_blocks(&fs, *ino), 0, "old file {ino} written back");
+    }
+    let kept = young.iter().filter(|&&y| cached_blocks(&fs, y) > 0).count();
+    assert!(
+        young[young.len() - kept..]
+            .iter()
+            .all(|&y| cached_blocks(&fs, y) == 16),
+        "the youngest files stay cached: {kept} of {}",
+        young.len()
+    );
+    assert!(
+        kept as u64 * (64 << 10) >= budget / 2 - (64 << 10),
+        "only {kept} files stayed cached"
+    );
+    fs.unmount().unwrap();
+    check(&m, &d, "after unmount");
+}
+
 /// A cache over its budget is written back by its writers: what it holds stays near the
 /// budget, and everything reads back after a remount.
 #[test]
