@@ -290,6 +290,21 @@ fn a_full_data_device_gives_enospc_and_comes_back() {
     assert_checks(&*meta, &*data, "at the end");
 }
 
+/// The log head's segment, and the dirty segments a pass may take (not the head's, none
+/// active).
+fn head_and_dirty_segments(fs: &Fs) -> (u64, Vec<u64>) {
+    let head = {
+        let fl = fs.log.flusher();
+        fs.sb.segment_of(fl.writer.head.addr)
+    };
+    let usage = fs.usage_table();
+    let dirty = (1..fs.sb.segments)
+        .filter(|&s| s != head && usage.segments[s as usize].flags & SEG_DIRTY != 0)
+        .filter(|&s| usage.segments[s as usize].flags & SEG_ACTIVE == 0)
+        .collect();
+    (head, dirty)
+}
+
 /// A victim is read whole, in one request, however many partial segments and inode blocks it
 /// holds: on a disk each read of its own would cost a seek and a rotation.
 #[test]
@@ -320,17 +335,9 @@ fn a_pass_reads_each_victim_in_one_request() {
         }
     }
     fs.sync().unwrap();
-    let head = {
-        let fl = fs.log.flusher();
-        fs.sb.segment_of(fl.writer.head.addr)
-    };
-    let usage = fs.usage_table();
-    let dirty: Vec<u64> = (1..fs.sb.segments)
-        .filter(|&s| s != head && usage.segments[s as usize].flags & SEG_DIRTY != 0)
-        .filter(|&s| usage.segments[s as usize].flags & SEG_ACTIVE == 0)
-        .take(3)
-        .collect();
-    assert_eq!(dirty.len(), 3, "{usage:?}");
+    let (_, dirty) = head_and_dirty_segments(&fs);
+    let dirty: Vec<u64> = dirty.into_iter().take(3).collect();
+    assert_eq!(dirty.len(), 3, "{:?}", fs.usage_table());
     let reads = || counting.reads.load(std::sync::atomic::Ordering::Acquire);
     let before = reads();
     let r = fs.clean_segments(&dirty).unwrap();
@@ -357,15 +364,8 @@ fn explicit_segments_are_checked_before_cleaning() {
         fs.unlink(&U, ROOT, format!("x{i}").as_bytes()).unwrap();
     }
     fs.sync().unwrap();
-    let head = {
-        let fl = fs.log.flusher();
-        fs.sb.segment_of(fl.writer.head.addr)
-    };
+    let (head, dirty) = head_and_dirty_segments(&fs);
     let usage = fs.usage_table();
-    let dirty: Vec<u64> = (1..fs.sb.segments)
-        .filter(|&s| s != head && usage.segments[s as usize].flags & SEG_DIRTY != 0)
-        .filter(|&s| usage.segments[s as usize].flags & SEG_ACTIVE == 0)
-        .collect();
     let clean = (1..fs.sb.segments)
         .find(|&s| usage.segments[s as usize].flags & (SEG_DIRTY | SEG_ACTIVE) == 0)
         .unwrap();
