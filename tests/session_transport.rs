@@ -11,7 +11,7 @@ use dualfs::session::{MountSpec, Session, SessionConfig, Transport, UringFault};
 use nix::mount::{umount2, MntFlags, MsFlags};
 use session_memfs::MemFs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -248,6 +248,98 @@ fn io_uring_serves_requests() {
         "requests over /dev/fuse: {}",
         stats.dev()
     );
+}
+
+/// Over the ring, large READs (a reader's read-ahead, direct reads) are served by the data
+/// threads, beside the queue's own thread, and come back whole and in place.
+#[test]
+fn large_reads_over_the_ring_go_to_the_data_threads() {
+    assert!(
+        is_root(),
+        "the end-to-end tests need root (tests/README.md)"
+    );
+    let _serial = URING_PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_param) = uring_param(true) else {
+        return;
+    };
+    let mut m = Mounted::new(Transport::Uring, None);
+    assert_eq!(m.session().transport(), Transport::Uring);
+    let file = m.path().join("big");
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&file, &data).unwrap();
+    // O_DIRECT: every read reaches the file system, 1 MiB at a time (from an aligned buffer).
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&file)
+        .unwrap();
+    let mut buf = vec![0u8; (1 << 20) + 4096];
+    let skip = buf.as_ptr().align_offset(4096);
+    let mut back = Vec::new();
+    for chunk in 0..4u64 {
+        let n = f
+            .read_at(&mut buf[skip..skip + (1 << 20)], chunk << 20)
+            .unwrap();
+        assert_eq!(n, 1 << 20, "chunk {chunk}");
+        back.extend_from_slice(&buf[skip..skip + n]);
+    }
+    drop(f);
+    let stats = m.session().stats();
+    m.unmount();
+    assert!(back == data, "the file read back differs");
+    assert!(
+        stats.data_threads() >= 4,
+        "READs served by the data threads: {} of {}",
+        stats.data_threads(),
+        stats.uring()
+    );
+}
+
+/// A data thread whose handler panics still hands its entry back (answered EIO): the reader
+/// gets an error, the unmount does not hang, and the session reports the panic.
+#[test]
+fn a_panicking_read_on_a_data_thread_fails_the_read_not_the_unmount() {
+    assert!(
+        is_root(),
+        "the end-to-end tests need root (tests/README.md)"
+    );
+    let _serial = URING_PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_param) = uring_param(true) else {
+        return;
+    };
+    let mut m = Mounted::new(Transport::Uring, None);
+    let file = m.path().join("big");
+    std::fs::write(&file, vec![7u8; 1 << 20]).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&file)
+        .unwrap();
+    m.fs.panic_on_read
+        .store(true, std::sync::atomic::Ordering::Release);
+    // In a thread: were the entry lost, the read would wait for good (until this process
+    // ends and the kernel drops the connection).
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; (1 << 20) + 4096];
+        let skip = buf.as_ptr().align_offset(4096);
+        let read = f.read_at(&mut buf[skip..skip + (1 << 20)], 0);
+        let _ = tx.send(read.map_err(|e| e.raw_os_error()));
+    });
+    let read = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the read was never answered");
+    assert_eq!(read, Err(Some(libc::EIO)));
+    let session = m.session.take().unwrap();
+    let _ = umount2(m.path(), MntFlags::MNT_DETACH);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(session.join());
+    });
+    let joined = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("session threads did not end after unmount");
+    assert!(joined.is_err(), "the panic is reported");
 }
 
 /// Over the ring, /dev/fuse carries the forgets, and its reader pauses after each so that the

@@ -484,6 +484,17 @@ fn serve(plan: &MountPlan, startup: Option<Startup>, role: Result<Role, &str>) -
     if let Some(c) = control.as_mut() {
         c.stop();
     }
+    let s = fs.stats();
+    info!(
+        "read-ahead: log {} clusters read, {} blocks of them used, window {} KiB; data {} \
+         clusters read, {} blocks used, window {} KiB",
+        s.log_clusters_read,
+        s.log_blocks_read_ahead_used,
+        s.log_readahead_window >> 10,
+        s.data_clusters_read,
+        s.data_blocks_read_ahead_used,
+        s.data_readahead_window >> 10
+    );
     let unmounted = fs.unmount();
     let shut_down = fs.is_shut_down();
     // The devices' locks go with the last reference: free the images for the next mount or

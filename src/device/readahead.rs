@@ -224,7 +224,7 @@ impl BlockDevice for ReadAhead {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let Some(c) = self.cluster_of(offset, buf.len()) else {
+        let Some(mut c) = self.cluster_of(offset, buf.len()) else {
             return self.inner.read_at(buf, offset);
         };
         let bs = self.at.block;
@@ -252,6 +252,19 @@ impl BlockDevice for ReadAhead {
                 s.blocks.pop(&addr);
                 addr += bs;
             }
+            // Blocks around the read that are here already are not read again: the
+            // cluster ends before the first after the read and starts after the last
+            // before it (a compile's clusters overlapped those of the files before).
+            let mut addr = c.end;
+            while addr < c.stop && !s.blocks.contains(&addr) {
+                addr += bs;
+            }
+            c.stop = addr;
+            let mut addr = c.first;
+            while addr > c.start && !s.blocks.contains(&(addr - bs)) {
+                addr -= bs;
+            }
+            c.start = addr;
             s.stats.cluster_reads += 1;
             (s.writes_begun, s.writes_under_way == 0)
         };
@@ -324,6 +337,7 @@ mod tests {
     struct Counting {
         mem: MemDevice,
         reads: AtomicUsize,
+        read_bytes: AtomicUsize,
         during_read: parking_lot::Mutex<Option<Box<dyn FnOnce() + Send>>>,
         bad: parking_lot::Mutex<Option<u64>>,
     }
@@ -334,6 +348,7 @@ mod tests {
         }
         fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
             self.reads.fetch_add(1, Ordering::SeqCst);
+            self.read_bytes.fetch_add(buf.len(), Ordering::SeqCst);
             if let Some(bad) = *self.bad.lock() {
                 if offset <= bad && bad < offset + buf.len() as u64 {
                     return Err(io::Error::from_raw_os_error(libc::EIO));
@@ -371,6 +386,7 @@ mod tests {
         let dev = Arc::new(Counting {
             mem: MemDevice::from_bytes(bytes),
             reads: AtomicUsize::new(0),
+            read_bytes: AtomicUsize::new(0),
             during_read: Default::default(),
             bad: Default::default(),
         });
@@ -474,6 +490,7 @@ mod tests {
         let dev = Arc::new(Counting {
             mem: MemDevice::new(blocks * BS),
             reads: AtomicUsize::new(0),
+            read_bytes: AtomicUsize::new(0),
             during_read: Default::default(),
             bad: Default::default(),
         });
@@ -562,9 +579,42 @@ mod tests {
             before + 1,
             "the oldest block went"
         );
-        read(&ra, 18);
+        // Its cluster kept 16 (and read none of 18..24, which are here): the next oldest,
+        // 18, went; the others stay.
+        read(&ra, 19);
         read(&ra, 55);
         assert_eq!(dev.reads.load(Ordering::SeqCst), before + 1);
+        read(&ra, 18);
+        assert_eq!(dev.reads.load(Ordering::SeqCst), before + 2);
+    }
+
+    /// A cluster does not read again what is here already: it stops before the first block
+    /// after the read that is kept, and starts after the last one before it.
+    #[test]
+    fn a_cluster_reads_only_what_is_not_here() {
+        let (dev, ra) = forward(64, 8);
+        let mut b = vec![0u8; BS as usize];
+        ra.read_at(&mut b, 10 * BS).unwrap(); // keeps 11..18
+        assert_eq!(dev.read_bytes.load(Ordering::SeqCst), 8 * BS as usize);
+        ra.read_at(&mut b, 8 * BS).unwrap(); // 8..16, of which 11.. are here
+        assert_eq!(dev.read_bytes.load(Ordering::SeqCst), 11 * BS as usize);
+        assert_eq!(dev.reads.load(Ordering::SeqCst), 2);
+        for block in [9, 11, 17] {
+            ra.read_at(&mut b, block * BS).unwrap();
+        }
+        assert_eq!(dev.reads.load(Ordering::SeqCst), 2, "all kept");
+        // Aligned: with 16..23 but 23 kept, a read of 23 reads 23 alone, not 16..24.
+        let (dev, ra) = device_with_budget(8, 64);
+        read(&ra, 17); // keeps 16, 18..24
+        read(&ra, 23); // handed out
+        let bytes = dev.read_bytes.load(Ordering::SeqCst);
+        read(&ra, 23);
+        assert_eq!(dev.reads.load(Ordering::SeqCst), 2);
+        assert_eq!(dev.read_bytes.load(Ordering::SeqCst), bytes + BS as usize);
+        for block in [16, 18, 22] {
+            read(&ra, block);
+        }
+        assert_eq!(dev.reads.load(Ordering::SeqCst), 2, "the others still kept");
     }
 
     /// Clusters whose other blocks nobody reads shrink to `MIN_WINDOW_BLOCKS`; reads that

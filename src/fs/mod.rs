@@ -49,11 +49,11 @@ pub struct MountOptions {
     pub cache_bytes: u64,
     /// Bytes a cold read of one log block reads around it (its aligned cluster, inside its
     /// segment), keeping the rest for the reads that follow (device/readahead.rs); 0 or one
-    /// block: none. Kept blocks take at most `cache_bytes` / 32.
+    /// block: none. Kept blocks take at most `cache_bytes` / 4 (`LOG_READAHEAD_SHARE`).
     pub log_readahead: u64,
     /// Bytes a small read of file data that misses reads from its start on, keeping the rest
     /// for the reads that follow (the next files of a directory written together); 0 or one
-    /// block: none. Kept blocks take at most `cache_bytes` / 32.
+    /// block: none. Kept blocks take at most `cache_bytes` / 32 (`DATA_READAHEAD_SHARE`).
     pub data_readahead: u64,
     /// How often dirty metadata is written to the log (bounds what a crash loses).
     pub flush_interval: Duration,

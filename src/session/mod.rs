@@ -127,6 +127,8 @@ impl Default for SessionConfig {
 pub struct Stats {
     pub dev_requests: AtomicU64,
     pub uring_requests: AtomicU64,
+    /// Of the ring's requests, those the data threads served (large READs).
+    pub data_thread_requests: AtomicU64,
 }
 
 impl Stats {
@@ -136,6 +138,10 @@ impl Stats {
 
     pub fn uring(&self) -> u64 {
         self.uring_requests.load(Ordering::Relaxed)
+    }
+
+    pub fn data_threads(&self) -> u64 {
+        self.data_thread_requests.load(Ordering::Relaxed)
     }
 }
 

@@ -5,6 +5,15 @@
 //! COMMIT_AND_FETCH, which also waits for the entry's next request. The kernel queues a
 //! request on the ring of the CPU its caller runs on.
 //!
+//! **Large reads go to data threads.** A reader's read-ahead arrives as several large READs
+//! at once, all on its CPU's queue; served one after the other by that queue's thread, on
+//! the reader's own CPU, they ran at two thirds of /dev/fuse's rate, where several readers
+//! serve them side by side. So a queue's thread hands a READ of `DATA_THREAD_READ` bytes or
+//! more, with its entry, to the session's data threads (not pinned) and fetches the next
+//! request; the data thread answers into the entry's buffers and hands the entry back
+//! through an eventfd the queue's ring polls, and the queue's thread commits it. Every
+//! submission to a ring stays with its own thread.
+//!
 //! **Never hang a mount.** Once FUSE_OVER_IO_URING is granted, the kernel holds every
 //! request until each queue has an entry registered. So the rings are built before INIT is
 //! answered (no rings: the flag is not granted), and if a queue then fails to register, the
@@ -17,9 +26,9 @@ use super::{serve, Dispatch, End, Negotiated, Reply, SessionConfig, Stats, Uring
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use log::{debug, warn};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use zerocopy::{FromBytes, IntoBytes};
@@ -32,6 +41,10 @@ const _: () = assert!(size_of::<squeue::Entry128>() == 128);
 const SQE_LEN_OFFSET: usize = 24;
 /// How long the session waits for every queue to report its registration.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+/// READs of this many bytes or more are served by the data threads.
+const DATA_THREAD_READ: u32 = 128 << 10;
+/// The user data of the completion that says a data thread handed entries back.
+const HANDED_BACK: u64 = u64::MAX;
 
 /// The number of possible CPUs, which is the kernel's number of queues
 /// (`num_possible_cpus`).
@@ -94,8 +107,6 @@ struct Entry {
     header: Box<UringReqHeader>,
     payload: Box<[u8]>,
     iov: Box<[libc::iovec; 2]>,
-    /// The request being answered (its `commit_id`).
-    commit_id: u64,
 }
 
 // The raw pointers in `iov` point into the entry's own boxes.
@@ -119,7 +130,6 @@ impl Entry {
             header,
             payload,
             iov,
-            commit_id: 0,
         }
     }
 }
@@ -128,6 +138,143 @@ struct Queue {
     qid: usize,
     ring: Ring,
     entries: Vec<Entry>,
+}
+
+/// Where data threads hand a queue's entries back: the entries answered (index, commit
+/// id), and an eventfd the queue's ring polls.
+struct Handback {
+    answered: Mutex<Vec<(usize, u64)>>,
+    efd: OwnedFd,
+}
+
+impl Handback {
+    fn new() -> io::Result<Handback> {
+        // SAFETY: eventfd takes no pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Handback {
+            answered: Mutex::new(Vec::new()),
+            // SAFETY: a new descriptor that nothing else owns.
+            efd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn hand_back(&self, index: usize, commit_id: u64) {
+        self.answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((index, commit_id));
+        let one = 1u64;
+        // SAFETY: writes the 8 bytes of a live u64. It cannot fail short of 2^64 - 1
+        // hand-backs unread.
+        unsafe { libc::write(self.efd.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    /// The entries handed back since the last look (the eventfd reset first, so that a
+    /// hand-back racing with this look wakes the ring again).
+    fn take(&self) -> Vec<(usize, u64)> {
+        let mut n = 0u64;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN (nothing counted) is fine.
+        unsafe { libc::read(self.efd.as_raw_fd(), (&raw mut n).cast(), 8) };
+        std::mem::take(&mut *self.answered.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Wait until `out` entries have come back (the session is ending: the entries'
+    /// buffers must outlive the data threads' use of them).
+    fn wait_for(&self, mut out: usize) {
+        while out > 0 {
+            let mut pfd = libc::pollfd {
+                fd: self.efd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one live pollfd.
+            unsafe { libc::poll(&mut pfd, 1, 1000) };
+            out = out.saturating_sub(self.take().len());
+        }
+    }
+
+    /// The poll that wakes the queue's thread when entries come back.
+    fn poll_sqe(&self) -> squeue::Entry128 {
+        opcode::PollAdd::new(types::Fd(self.efd.as_raw_fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(HANDED_BACK)
+            .into()
+    }
+}
+
+/// A READ for a data thread, with its entry's buffers: nobody else touches them until the
+/// data thread hands the entry back (the queue's thread neither reads them nor ends
+/// before it has all its entries back).
+struct DataJob {
+    header: *mut UringReqHeader,
+    payload: *mut [u8],
+    index: usize,
+    qid: usize,
+    layout: super::request::Layout,
+    back: Arc<Handback>,
+}
+
+// SAFETY: the buffers belong to the job alone while it is out (see `DataJob`).
+unsafe impl Send for DataJob {}
+
+/// A queue's way to the data threads.
+struct DataThreads {
+    jobs: mpsc::Sender<DataJob>,
+    back: Arc<Handback>,
+}
+
+/// Start `count` data threads serving the jobs sent on the returned channel; they end
+/// when every sender is gone.
+fn start_data_threads<D: Dispatch>(
+    fs: &Arc<D>,
+    count: usize,
+    payload_size: usize,
+    stats: &Arc<Stats>,
+) -> (mpsc::Sender<DataJob>, Vec<JoinHandle<()>>) {
+    let (tx, rx) = mpsc::channel::<DataJob>();
+    let rx = Arc::new(Mutex::new(rx));
+    let mut handles = Vec::new();
+    for n in 0..count {
+        let (fs, rx, stats) = (fs.clone(), rx.clone(), stats.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("fuse-data-{n}"))
+            .spawn(move || {
+                let mut body = vec![0u8; payload_size];
+                loop {
+                    let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                        Ok(job) => job,
+                        Err(_) => return,
+                    };
+                    // SAFETY: the job's buffers are its alone until handed back (DataJob).
+                    let (header, payload) = unsafe { (&mut *job.header, &mut *job.payload) };
+                    let filled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        fill(
+                            &*fs, header, payload, job.qid, job.layout, &mut body, &stats,
+                        )
+                    }));
+                    stats.data_thread_requests.fetch_add(1, Ordering::Relaxed);
+                    match filled {
+                        Ok(commit_id) => job.back.hand_back(job.index, commit_id),
+                        Err(panic) => {
+                            // The entry still goes back (its queue's thread waits for it),
+                            // answered EIO; the panic then ends this thread, which the
+                            // session reports when it is joined.
+                            let commit_id = fail(header, &mut body);
+                            job.back.hand_back(job.index, commit_id);
+                            std::panic::resume_unwind(panic);
+                        }
+                    }
+                }
+            });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => warn!("cannot start data thread {n}: {e}"),
+        }
+    }
+    (tx, handles)
 }
 
 /// The rings, built before INIT is answered.
@@ -146,7 +293,8 @@ impl Rings {
         let payload = negotiated.payload_size();
         let mut queues = Vec::new();
         for qid in 0..possible_cpus()? {
-            let ring = Ring::builder().build(depth as u32)?;
+            // One more than the entries: the poll for entries handed back.
+            let ring = Ring::builder().build(depth as u32 + 1)?;
             let entries = (0..depth).map(|_| Entry::new(payload)).collect();
             queues.push(Queue { qid, ring, entries });
         }
@@ -168,11 +316,28 @@ impl Rings {
     ) -> (Vec<JoinHandle<()>>, bool) {
         let Rings { queues, mut spare } = self;
         let count = queues.len();
+        let payload_size = queues
+            .first()
+            .and_then(|q| q.entries.first())
+            .map_or(0, |e| e.payload.len());
+        let (jobs, data_handles) = start_data_threads(fs, count, payload_size, stats);
         let (tx, rx) = mpsc::channel();
         let mut handles = Vec::new();
         let mut failed = false;
         for queue in queues {
             let qid = queue.qid;
+            // Without its eventfd a queue serves its large reads itself.
+            let data = match Handback::new() {
+                Ok(back) if !data_handles.is_empty() => Some(DataThreads {
+                    jobs: jobs.clone(),
+                    back: Arc::new(back),
+                }),
+                Ok(_) => None,
+                Err(e) => {
+                    warn!("ring {qid}: no eventfd for the data threads: {e}");
+                    None
+                }
+            };
             let fs = fs.clone();
             let device = device.clone();
             let stats = stats.clone();
@@ -197,6 +362,7 @@ impl Rings {
                             layout,
                             &stats,
                             registered,
+                            data.as_ref(),
                         );
                         if let Err(e) = served {
                             end.failed(e);
@@ -212,6 +378,8 @@ impl Rings {
             }
         }
         drop(tx);
+        // The data threads end once the queues' threads (which hold the other senders) do.
+        drop(jobs);
         let mut reported = 0;
         while reported < handles.len() {
             match rx.recv_timeout(REGISTER_TIMEOUT) {
@@ -242,6 +410,7 @@ impl Rings {
                 Err(e) => warn!("cannot make the kernel give up the ring: {e}"),
             }
         }
+        handles.extend(data_handles);
         (handles, !failed)
     }
 }
@@ -354,7 +523,8 @@ fn give_up_ring(spare: &mut Ring, fd: RawFd) -> io::Result<()> {
     }
 }
 
-/// Serve a registered queue until the connection ends (Ok), or the ring fails.
+/// Serve a registered queue until the connection ends (Ok), or the ring fails. With
+/// `data`, large READs go to the data threads; all are back before this returns.
 fn serve_queue<D: Dispatch>(
     fs: &D,
     queue: &mut Queue,
@@ -362,7 +532,28 @@ fn serve_queue<D: Dispatch>(
     layout: super::request::Layout,
     stats: &Stats,
     registered: Registered,
+    data: Option<&DataThreads>,
 ) -> io::Result<()> {
+    let mut out = 0;
+    let served = serve_entries(fs, queue, fd, layout, stats, registered, data, &mut out);
+    if let Some(d) = data {
+        d.back.wait_for(out);
+    }
+    served
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve_entries<D: Dispatch>(
+    fs: &D,
+    queue: &mut Queue,
+    fd: RawFd,
+    layout: super::request::Layout,
+    stats: &Stats,
+    registered: Registered,
+    data: Option<&DataThreads>,
+    out: &mut usize,
+) -> io::Result<()> {
+    let qid = queue.qid;
     let payload_size = queue.entries.first().map_or(0, |e| e.payload.len());
     // The reply is built here, then copied into the entry's payload: the request's names
     // and data are still borrowed from that payload while the handler runs.
@@ -371,22 +562,40 @@ fn serve_queue<D: Dispatch>(
     let mut done = registered.early;
     // Refusals at REGISTER were counted out already.
     done.retain(|&(_, result)| result >= 0);
+    let mut polling = false;
     while in_flight > 0 {
+        if let Some(d) = data.filter(|_| !polling) {
+            // SAFETY: the poll holds no buffer.
+            polling = unsafe { queue.ring.submission().push(&d.back.poll_sqe()) }.is_ok();
+        }
         if done.is_empty() {
             match queue.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => {
-                    warn!("ring {}: {e}", queue.qid);
+                    warn!("ring {qid}: {e}");
                     return Err(e);
                 }
             }
             done.extend(queue.ring.completion().map(|c| (c.user_data(), c.result())));
         }
         for (user_data, result) in done.drain(..) {
+            if user_data == HANDED_BACK {
+                polling = false;
+                for (i, commit_id) in data.map(|d| d.back.take()).unwrap_or_default() {
+                    *out -= 1;
+                    let sqe = commit(fd, qid, i, commit_id);
+                    // SAFETY: the entry's buffers live as long as the ring.
+                    if unsafe { queue.ring.submission().push(&sqe) }.is_err() {
+                        warn!("ring {qid}: submission queue full");
+                        in_flight -= 1;
+                    }
+                }
+                continue;
+            }
             let i = user_data as usize;
             if i >= queue.entries.len() {
-                warn!("ring {}: completion for unknown entry {i}", queue.qid);
+                warn!("ring {qid}: completion for unknown entry {i}");
                 continue;
             }
             if result < 0 {
@@ -397,8 +606,7 @@ fn serve_queue<D: Dispatch>(
                     }
                     errno => {
                         warn!(
-                            "ring {} entry {i}: {}",
-                            queue.qid,
+                            "ring {qid} entry {i}: {}",
                             io::Error::from_raw_os_error(errno)
                         );
                         in_flight -= 1;
@@ -406,11 +614,36 @@ fn serve_queue<D: Dispatch>(
                     }
                 }
             }
-            let sqe = answer(fs, queue, i, fd, layout, &mut body, stats);
+            let entry = &mut queue.entries[i];
+            if let Some(d) = data.filter(|_| for_data_thread(&entry.header)) {
+                let job = DataJob {
+                    header: &raw mut *entry.header,
+                    payload: &raw mut *entry.payload,
+                    index: i,
+                    qid,
+                    layout,
+                    back: d.back.clone(),
+                };
+                if d.jobs.send(job).is_ok() {
+                    *out += 1;
+                    continue;
+                }
+                // The data threads are gone: served here.
+            }
+            let commit_id = fill(
+                fs,
+                &mut entry.header,
+                &mut entry.payload,
+                qid,
+                layout,
+                &mut body,
+                stats,
+            );
+            let sqe = commit(fd, qid, i, commit_id);
             // SAFETY: the entry's buffers live as long as the ring.
             if unsafe { queue.ring.submission().push(&sqe) }.is_err() {
-                // One command per entry and as many SQEs as entries: cannot be full.
-                warn!("ring {}: submission queue full", queue.qid);
+                // One command per entry, and room for as many SQEs and the poll.
+                warn!("ring {qid}: submission queue full");
                 in_flight -= 1;
             }
         }
@@ -418,26 +651,32 @@ fn serve_queue<D: Dispatch>(
     Ok(())
 }
 
-/// Handle the request in entry `i` and build its COMMIT_AND_FETCH.
-fn answer<D: Dispatch>(
+/// Whether the request in `header` is a READ large enough for the data threads.
+fn for_data_thread(header: &UringReqHeader) -> bool {
+    let read = abi::InHeader::read_from_prefix(&header.in_out[..])
+        .is_ok_and(|(h, _)| h.opcode == abi::opcode::READ);
+    read && abi::ReadIn::read_from_prefix(&header.op_in[..])
+        .is_ok_and(|(r, _)| r.size >= DATA_THREAD_READ)
+}
+
+/// Handle the request in an entry's buffers and write its answer there; returns the
+/// request's commit id.
+fn fill<D: Dispatch>(
     fs: &D,
-    queue: &mut Queue,
-    i: usize,
-    fd: RawFd,
+    header: &mut UringReqHeader,
+    payload: &mut [u8],
+    qid: usize,
     layout: super::request::Layout,
     body: &mut [u8],
     stats: &Stats,
-) -> squeue::Entry128 {
-    let qid = queue.qid;
-    let entry = &mut queue.entries[i];
-    let ent = entry.header.ring_ent_in_out;
-    entry.commit_id = ent.commit_id;
-    let payload_len = (ent.payload_sz as usize).min(entry.payload.len());
+) -> u64 {
+    let ent = header.ring_ent_in_out;
+    let payload_len = (ent.payload_sz as usize).min(payload.len());
     let mut reply = Reply::new(body);
     let unique = match decode_ring(
-        &entry.header.in_out,
-        &entry.header.op_in,
-        &entry.payload[..payload_len],
+        &header.in_out,
+        &header.op_in,
+        &payload[..payload_len],
         layout,
     ) {
         Ok(req) => {
@@ -448,7 +687,7 @@ fn answer<D: Dispatch>(
         Err(e) => {
             warn!("bad request from the kernel on ring {qid}: {e}");
             reply.error(libc::EIO);
-            abi::InHeader::read_from_prefix(&entry.header.in_out[..])
+            abi::InHeader::read_from_prefix(&header.in_out[..])
                 .map_or(ent.commit_id, |(h, _)| h.unique)
         }
     };
@@ -458,14 +697,36 @@ fn answer<D: Dispatch>(
     }
     let out = super::reply::out_header(unique, &reply).expect("answered above");
     let n = reply.len();
-    entry.payload[..n].copy_from_slice(reply.body());
-    entry.header.in_out[..size_of::<abi::OutHeader>()].copy_from_slice(out.as_bytes());
-    entry.header.ring_ent_in_out = UringEntInOut {
+    payload[..n].copy_from_slice(reply.body());
+    header.in_out[..size_of::<abi::OutHeader>()].copy_from_slice(out.as_bytes());
+    header.ring_ent_in_out = UringEntInOut {
         payload_sz: n as u32,
         ..ent
     };
+    ent.commit_id
+}
+
+/// Answer the request in an entry's buffers with EIO (its handler panicked); returns its
+/// commit id.
+fn fail(header: &mut UringReqHeader, body: &mut [u8]) -> u64 {
+    let ent = header.ring_ent_in_out;
+    let unique = abi::InHeader::read_from_prefix(&header.in_out[..])
+        .map_or(ent.commit_id, |(h, _)| h.unique);
+    let mut reply = Reply::new(body);
+    reply.error(libc::EIO);
+    let out = super::reply::out_header(unique, &reply).expect("answered above");
+    header.in_out[..size_of::<abi::OutHeader>()].copy_from_slice(out.as_bytes());
+    header.ring_ent_in_out = UringEntInOut {
+        payload_sz: 0,
+        ..ent
+    };
+    ent.commit_id
+}
+
+/// The COMMIT_AND_FETCH of entry `i`'s answer.
+fn commit(fd: RawFd, qid: usize, i: usize, commit_id: u64) -> squeue::Entry128 {
     let req = UringCmdReq {
-        commit_id: entry.commit_id,
+        commit_id,
         qid: qid as u16,
         ..UringCmdReq::default()
     };

@@ -5,7 +5,7 @@
 use dualfs::session::abi::{self, fopen, EntryOut};
 use dualfs::session::{Dispatch, Operation, Reply, Request};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// A tiny in-memory file system: directories and regular files.
@@ -14,6 +14,8 @@ pub struct MemFs {
     nodes: Mutex<Nodes>,
     /// Lookups the kernel has given back (FORGET and BATCH_FORGET entries).
     forgotten: AtomicU64,
+    /// READs panic (a handler's bug, for the tests of what the session does then).
+    pub panic_on_read: AtomicBool,
 }
 
 impl MemFs {
@@ -135,6 +137,9 @@ impl Nodes {
 
 impl Dispatch for MemFs {
     fn dispatch(&self, req: &Request<'_>, reply: &mut Reply<'_>) {
+        if matches!(req.op, Operation::Read(_)) && self.panic_on_read.load(Ordering::Acquire) {
+            panic!("READ asked to panic");
+        }
         let mut nodes = self.nodes.lock().unwrap();
         let ino = req.nodeid();
         let result: Result<(), i32> = (|| {
