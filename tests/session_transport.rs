@@ -219,16 +219,9 @@ fn uring_param(on: bool) -> Option<UringParam> {
 
 #[test]
 fn io_uring_serves_requests() {
-    assert!(
-        is_root(),
-        "the end-to-end tests need root (tests/README.md)"
-    );
-    let _serial = URING_PARAM.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(_param) = uring_param(true) else {
+    let Some((_serial, _param, mut m)) = ring_mount() else {
         return;
     };
-    let mut m = Mounted::new(Transport::Uring, None);
-    assert_eq!(m.session().transport(), Transport::Uring);
     exercise(m.path());
     let stats = m.session().stats();
     m.unmount();
@@ -250,38 +243,53 @@ fn io_uring_serves_requests() {
     );
 }
 
-/// Over the ring, large READs (a reader's read-ahead, direct reads) are served by the data
-/// threads, beside the queue's own thread, and come back whole and in place.
-#[test]
-fn large_reads_over_the_ring_go_to_the_data_threads() {
+/// A mount over the ring, with `enable_uring` held on (None, with a note, where the kernel
+/// has no FUSE over io_uring). Dropped in reverse order: unmounted, then the parameter put back.
+fn ring_mount() -> Option<(std::sync::MutexGuard<'static, ()>, UringParam, Mounted)> {
     assert!(
         is_root(),
         "the end-to-end tests need root (tests/README.md)"
     );
-    let _serial = URING_PARAM.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(_param) = uring_param(true) else {
+    let serial = URING_PARAM.lock().unwrap_or_else(|e| e.into_inner());
+    let param = uring_param(true)?;
+    let m = Mounted::new(Transport::Uring, None);
+    assert_eq!(m.session().transport(), Transport::Uring);
+    Some((serial, param, m))
+}
+
+/// Read 1 MiB at `offset` of a file opened with O_DIRECT (into an aligned buffer): the read
+/// reaches the file system whatever the page cache holds.
+fn read_direct_mib(f: &std::fs::File, offset: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; (1 << 20) + 4096];
+    let skip = buf.as_ptr().align_offset(4096);
+    let n = f.read_at(&mut buf[skip..skip + (1 << 20)], offset)?;
+    Ok(buf[skip..skip + n].to_vec())
+}
+
+fn open_direct(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .unwrap()
+}
+
+/// Over the ring, large READs (a reader's read-ahead, direct reads) are served by the data
+/// threads, beside the queue's own thread, and come back whole and in place.
+#[test]
+fn large_reads_over_the_ring_go_to_the_data_threads() {
+    let Some((_serial, _param, mut m)) = ring_mount() else {
         return;
     };
-    let mut m = Mounted::new(Transport::Uring, None);
-    assert_eq!(m.session().transport(), Transport::Uring);
     let file = m.path().join("big");
     let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
     std::fs::write(&file, &data).unwrap();
-    // O_DIRECT: every read reaches the file system, 1 MiB at a time (from an aligned buffer).
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&file)
-        .unwrap();
-    let mut buf = vec![0u8; (1 << 20) + 4096];
-    let skip = buf.as_ptr().align_offset(4096);
+    let f = open_direct(&file);
     let mut back = Vec::new();
     for chunk in 0..4u64 {
-        let n = f
-            .read_at(&mut buf[skip..skip + (1 << 20)], chunk << 20)
-            .unwrap();
-        assert_eq!(n, 1 << 20, "chunk {chunk}");
-        back.extend_from_slice(&buf[skip..skip + n]);
+        let read = read_direct_mib(&f, chunk << 20).unwrap();
+        assert_eq!(read.len(), 1 << 20, "chunk {chunk}");
+        back.extend_from_slice(&read);
     }
     drop(f);
     let stats = m.session().stats();
@@ -299,32 +307,19 @@ fn large_reads_over_the_ring_go_to_the_data_threads() {
 /// gets an error, the unmount does not hang, and the session reports the panic.
 #[test]
 fn a_panicking_read_on_a_data_thread_fails_the_read_not_the_unmount() {
-    assert!(
-        is_root(),
-        "the end-to-end tests need root (tests/README.md)"
-    );
-    let _serial = URING_PARAM.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(_param) = uring_param(true) else {
+    let Some((_serial, _param, mut m)) = ring_mount() else {
         return;
     };
-    let mut m = Mounted::new(Transport::Uring, None);
     let file = m.path().join("big");
     std::fs::write(&file, vec![7u8; 1 << 20]).unwrap();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&file)
-        .unwrap();
+    let f = open_direct(&file);
     m.fs.panic_on_read
         .store(true, std::sync::atomic::Ordering::Release);
     // In a thread: were the entry lost, the read would wait for good (until this process
     // ends and the kernel drops the connection).
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut buf = vec![0u8; (1 << 20) + 4096];
-        let skip = buf.as_ptr().align_offset(4096);
-        let read = f.read_at(&mut buf[skip..skip + (1 << 20)], 0);
-        let _ = tx.send(read.map_err(|e| e.raw_os_error()));
+        let _ = tx.send(read_direct_mib(&f, 0).map_err(|e| e.raw_os_error()));
     });
     let read = rx
         .recv_timeout(Duration::from_secs(10))
